@@ -1,0 +1,7 @@
+"""Attention under a recipe: one entry point, `attend`, over the reference engine (any device) and,
+where a kernel supports the recipe and device, the fast kernels."""
+
+from .api import attend
+from .reference import AttentionDiagnostics, exact_attention, reference_attention
+
+__all__ = ["attend", "AttentionDiagnostics", "exact_attention", "reference_attention"]

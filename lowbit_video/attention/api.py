@@ -1,0 +1,91 @@
+"""`attend(q, k, v, recipe, layout=...)`: the one call every model integration makes.
+
+No global state: the recipe (a name, a path, or a loaded Recipe) and the backend are arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import NonFiniteInputError, ShapeError
+from ..recipes import Recipe, load_recipe
+from .reference import AttentionDiagnostics, reference_attention
+
+Layout = Literal["BHND", "BNHD"]
+Backend = Literal["auto", "reference"]
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    recipe: Recipe | str,
+    *,
+    layout: Layout = "BHND",
+    scale: float | None = None,
+    backend: Backend = "auto",
+    return_diagnostics: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, AttentionDiagnostics]:
+    """Non-causal attention of q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv) under `recipe`.
+
+    Args:
+        layout: "BHND" (batch, heads, tokens, head_dim) or "BNHD" (batch, tokens, heads, head_dim,
+            what diffusers' attention processors pass).
+        scale: softmax scale; default 1/sqrt(D).
+        backend: "auto" runs the unquantized recipe through torch SDPA in the input dtype and every
+            quantized recipe through the exact reference engine; "reference" forces the engine
+            (float64, the oracle kernels are tested against).
+        return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
+            implies the reference engine.
+
+    Returns the output in q's layout and dtype (and the diagnostics if asked).
+    """
+    spec = load_recipe(recipe).attention
+    if layout not in ("BHND", "BNHD"):
+        raise ShapeError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
+    _check_inputs(q, k, v, layout)
+    if layout == "BNHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    _check_recipe_fits(spec, q.shape[-1])
+
+    if spec.quantized or backend == "reference" or return_diagnostics:
+        out, diag = reference_attention(q, k, v, spec, scale=scale)
+        out = out.to(q.dtype)
+    else:
+        out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None
+
+    if layout == "BNHD":
+        out = out.transpose(1, 2)
+    return (out, diag) if return_diagnostics else out
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ShapeError(f"{name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise ShapeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    tok = 1 if layout == "BNHD" else 2
+    hd = 2 if layout == "BNHD" else 1
+    if q.shape[0] != k.shape[0] or k.shape[0] != v.shape[0]:
+        raise ShapeError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
+    if q.shape[hd] != k.shape[hd] or k.shape[hd] != v.shape[hd]:
+        raise ShapeError(f"head counts differ: q {q.shape[hd]}, k {k.shape[hd]}, v {v.shape[hd]}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ShapeError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
+    if k.shape[tok] != v.shape[tok]:
+        raise ShapeError(f"k and v token counts differ: {k.shape[tok]} vs {v.shape[tok]}")
+    if k.shape[tok] == 0:
+        raise ShapeError("k and v have no tokens")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not bool(torch.isfinite(t).all()):
+            raise NonFiniteInputError(f"attention input {name} contains NaN or Inf")
+
+
+def _check_recipe_fits(spec, head_dim: int) -> None:
+    need = spec.head_dim_multiple
+    if head_dim % need:
+        raise ShapeError(f"head_dim {head_dim} is not a multiple of {need}, the block size this recipe quantizes Q/K with")

@@ -1,0 +1,71 @@
+"""Turn a recipe's per-operand quantization settings into fake-quantize functions.
+
+Every function maps a float64 tensor in BHND layout to a tensor of the same shape whose values lie
+on the format's grid (quantize -> dequantize, exactly). The block axis is fixed per operand:
+Q and K along head_dim (-1), V along tokens (-2, so each channel has its own scales), and the
+softmax tile P̃ (B, H, q_tokens, keys) along keys (-1, per row).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..formats import fp8, intq, mxfp4, nvfp4
+from ..recipes import OperandQuant
+
+Quantizer = Callable[[torch.Tensor], torch.Tensor]
+
+OPERAND_AXIS = {"q": -1, "k": -1, "v": -2, "p": -1}
+E4M3_MAX, E2M1_MAX = 448.0, 6.0
+
+
+def identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def build_quantizer(operand: str, op: OperandQuant) -> Quantizer:
+    """The fake quantizer for `operand` ("q", "k", "v" or "p") under settings `op`."""
+    if not op.enabled:
+        return identity
+    axis = OPERAND_AXIS[operand]
+
+    if op.granularity == "per_token_group":
+        # One scale per `group` tokens x all channels: flattening (tokens, head_dim) row-major makes
+        # such a group a contiguous run of group*head_dim elements along one axis.
+        inner = _element_quantizer(op, axis=-1, block_of=lambda x: op.group * x.shape[-1])
+
+        def per_token_group(x: torch.Tensor) -> torch.Tensor:
+            return inner(x.flatten(-2)).reshape(x.shape)
+
+        return per_token_group
+
+    if op.granularity == "block":
+        return _element_quantizer(op, axis=axis, block_of=lambda x: op.block_size)
+    # per_token / per_channel / per_row: one scale over the whole operand axis.
+    return _element_quantizer(op, axis=axis, block_of=lambda x: None)
+
+
+def _element_quantizer(op: OperandQuant, *, axis: int, block_of) -> Quantizer:
+    fmt = op.format
+    if fmt == "mxfp4":
+        return lambda x: mxfp4.fake_quantize(x, rule=op.rule, q=op.qmax, block=32, axis=axis)
+    if fmt == "nvfp4":
+        return lambda x: nvfp4.fake_quantize(x, block=16, axis=axis, outer_scale=_nvfp4_outer(x, op, axis))
+    if fmt in ("int8", "int4"):
+        bits = 8 if fmt == "int8" else 4
+        return lambda x: intq.fake_quantize(x, bits=bits, block=block_of(x), axis=axis, scheme=op.scheme)
+    if fmt == "fp8_e4m3":
+        static = op.static_scale or None
+        return lambda x: fp8.fake_quantize(x, fmt="e4m3", block=block_of(x), axis=axis, scale=static)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _nvfp4_outer(x: torch.Tensor, op: OperandQuant, axis: int):
+    """NVFP4's second-level FP32 scale: per tensor, none, or per row (SageAttention3's two-level P̃:
+    rowmax/(448·6) first, so the E4M3 block scales use their whole range)."""
+    if op.outer_scale != "row":
+        return op.outer_scale
+    rowmax = x.abs().amax(dim=axis, keepdim=True)
+    return torch.where(rowmax > 0, rowmax / (E4M3_MAX * E2M1_MAX), torch.ones_like(rowmax))

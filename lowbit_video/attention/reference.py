@@ -1,0 +1,114 @@
+"""The reference attention engine: exact, deterministic, readable; the oracle for every kernel.
+
+It runs the FlashAttention-2 online-softmax recurrence of the MXAttention paper's Algorithm 1 over
+key tiles, in float64, with pluggable quantizers for Q, K, V and the unnormalized exponential tile P̃:
+
+    S_j   = Q̂ K̂_jᵀ · scale (+ ΔS_j from Q smoothing)
+    m'    = max(m, rowmax S_j);  α = exp(m − m');  P̃_j = exp(S_j − m');  P̂_j = Q_P(P̃_j)
+    ℓ     = α ℓ + rowsum(P̂_j if placement == "pnq" else P̃_j)
+    Õ     = α Õ + P̂_j V̂_j
+    O     = Õ / ℓ
+
+With PNQ the same P̂ feeds ℓ and Õ, so the weights actually applied to V sum to one by
+construction; with direct placement they sum to rowsum(P̂)/rowsum(P̃) instead. The engine tracks
+that induced row sum as a diagnostic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..recipes import AttentionSpec
+from ..transforms import hadamard_matrix, smooth_k, smooth_q
+from .quantizers import build_quantizer
+
+
+@dataclass(frozen=True)
+class AttentionDiagnostics:
+    """What the engine saw. `row_sums`: (B, H, Nq) sums of the attention weights actually applied
+    to V (1 exactly for PNQ). `quant_rel_l2`: relative L2 error of each quantized operand."""
+
+    row_sums: torch.Tensor
+    quant_rel_l2: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rowsum_dev_mean(self) -> float:
+        return float((self.row_sums - 1).abs().mean())
+
+    @property
+    def rowsum_dev_max(self) -> float:
+        return float((self.row_sums - 1).abs().max())
+
+
+def _rel_l2(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    denom = float(torch.linalg.vector_norm(exact))
+    return float(torch.linalg.vector_norm(approx - exact)) / denom if denom > 0 else 0.0
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    spec: AttentionSpec,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, AttentionDiagnostics]:
+    """Attention of BHND tensors under `spec`, computed in float64. Returns (output, diagnostics)."""
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    head_dim = q.shape[-1]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+    # Transforms: QKᵀ-preserving rotation, then smoothing (SageAttention order: smooth the operand
+    # that gets quantized).
+    if spec.rotation == "hadamard":
+        h = hadamard_matrix(head_dim, dtype=torch.float64, device=q.device)
+        q, k = q @ h, k @ h
+    if spec.smooth_k:
+        k, _ = smooth_k(k)  # softmax-invariant: every score in a row shifts by the same amount
+    q_mean = None
+    if spec.smooth_q:
+        q, q_mean = smooth_q(q, spec.smooth_q_group)
+
+    quant = {name: build_quantizer(name, spec.operand(name)) for name in ("q", "k", "v", "p")}
+    q_hat, k_hat, v_hat = quant["q"](q), quant["k"](k), quant["v"](v)
+    errors = {name: _rel_l2(x_hat, x) for name, x_hat, x in (("q", q_hat, q), ("k", k_hat, k), ("v", v_hat, v))}
+
+    shape = q.shape[:-1] + (1,)
+    m = torch.full(shape, -math.inf, dtype=torch.float64, device=q.device)
+    ell = torch.zeros(shape, dtype=torch.float64, device=q.device)  # normalizer ℓ
+    ell_applied = torch.zeros_like(ell)  # Σ P̂: mass actually applied to V
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64, device=q.device)
+    p_err2 = p_norm2 = 0.0
+    pnq = spec.placement == "pnq"
+
+    for start in range(0, k.shape[-2], spec.tile_k):
+        stop = min(start + spec.tile_k, k.shape[-2])  # ragged last tile: its P̃ blocks are padded
+        s = (q_hat @ k_hat[..., start:stop, :].transpose(-1, -2)) * scale
+        if q_mean is not None:
+            # ΔS: the part of Q removed by smoothing, against full-precision (smoothed) K.
+            s = s + (q_mean @ k[..., start:stop, :].transpose(-1, -2)) * scale
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(s - m_new)
+        p_hat = quant["p"](p)
+        ell = alpha * ell + (p_hat if pnq else p).sum(dim=-1, keepdim=True)
+        ell_applied = alpha * ell_applied + p_hat.sum(dim=-1, keepdim=True)
+        acc = alpha * acc + p_hat @ v_hat[..., start:stop, :]
+        m = m_new
+        p_err2 += float(((p_hat - p) ** 2).sum())
+        p_norm2 += float((p**2).sum())
+
+    out = acc / ell
+    errors["p"] = math.sqrt(p_err2 / p_norm2) if p_norm2 > 0 else 0.0
+    return out, AttentionDiagnostics(row_sums=(ell_applied / ell).squeeze(-1), quant_rel_l2=errors)
+
+
+def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
+    """Plain softmax attention in float64 (BHND), materializing the score matrix: the ground truth."""
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    weights = torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1)
+    return weights @ v

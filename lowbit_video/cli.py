@@ -1,0 +1,297 @@
+"""The `lowbit-video` command line. Thin: parse, call the library, render with rich.
+
+Every reporting command takes --json and then prints exactly one JSON object on stdout. User
+mistakes (bad recipe files, unknown names, unusable shapes, NaN/Inf inputs) are one line on stderr
+and exit code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .errors import UserError
+
+app = typer.Typer(
+    help="4-bit and mixed-precision attention for video diffusion transformers: run recipes, "
+    "inspect their numerics, score videos against paired FP16 runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+recipes_app = typer.Typer(help="List attention recipes (recipes/*.toml), or validate recipe files.")
+diagnose_app = typer.Typer(help="Numerical diagnostics that need no model.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+app.add_typer(diagnose_app, name="diagnose")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON object on stdout instead of a table.")
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        print(f"lowbit-video {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True, help="Show the version and exit."),
+) -> None:
+    pass
+
+
+# --------------------------------------------------------------------------------------- recipes
+
+
+@recipes_app.callback(invoke_without_command=True)
+@user_errors
+def recipes(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
+    """List the recipes: name, one-line description, source file."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from .recipes import available_recipes, load_recipe
+
+    rows = []
+    for name, path in sorted(available_recipes().items()):
+        recipe = load_recipe(path)
+        rows.append({"name": recipe.name, "description": recipe.description, "file": str(path)})
+    if as_json:
+        print_json({"recipes": rows})
+        return
+    table = Table(title="recipes")
+    for col in ("name", "description", "file"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["description"], _short_path(r["file"]))
+    out.print(table)
+
+
+@recipes_app.command("validate")
+@user_errors
+def recipes_validate(
+    paths: list[Path] = typer.Argument(..., help="Recipe TOML files to check."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check recipe files against the schema; one line per file, non-zero exit if any is invalid."""
+    from .errors import RecipeError
+    from .recipes import load_recipe
+
+    results = []
+    for path in paths:
+        try:
+            recipe = load_recipe(str(path) if str(path).endswith(".toml") else path)
+            results.append({"file": str(path), "ok": True, "name": recipe.name, "error": None})
+        except RecipeError as e:
+            results.append({"file": str(path), "ok": False, "name": None, "error": str(e)})
+    if as_json:
+        print_json({"valid": all(r["ok"] for r in results), "files": results})
+    else:
+        for r in results:
+            if r["ok"]:
+                out.print(f"[green]ok[/green]    {r['file']} ({r['name']})", highlight=False)
+            else:
+                print(f"error: {r['error']}", file=sys.stderr)
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(2)
+
+
+# -------------------------------------------------------------------------------------- diagnose
+
+DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64"}
+
+
+@diagnose_app.command("attention")
+@user_errors
+def diagnose_attention(
+    recipe: Optional[list[str]] = typer.Option(None, "--recipe", "-r", help="Recipe name or TOML path; repeat for several. Default: every recipe."),
+    seq: int = typer.Option(1024, "--seq", min=1, help="Query tokens."),
+    kv_seq: Optional[int] = typer.Option(None, "--kv-seq", min=1, help="Key/value tokens (default: --seq)."),
+    heads: int = typer.Option(2, "--heads", min=1),
+    head_dim: int = typer.Option(128, "--head-dim", min=1),
+    batch: int = typer.Option(1, "--batch", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    outliers: bool = typer.Option(False, "--outliers", help="Video-DiT-like Q/K: heavy per-channel outliers, K offset, 3D RoPE."),
+    dtype: str = typer.Option("float32", "--dtype", help="Input dtype: float32, float16, bfloat16, float64."),
+    tensors: Optional[Path] = typer.Option(None, "--tensors", help="Use q, k, v from a .safetensors file instead of synthetic data."),
+    layout: str = typer.Option("BHND", "--layout", help="Layout of --tensors: BHND or BNHD."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run recipes on Q/K/V and report the output's error against float64 softmax attention.
+
+    Reports relative L2 error and cosine similarity of the output, and the mean and max of
+    |row sum − 1| of the attention weights the recipe actually applies to V (exactly 0 with
+    pre-normalization quantization).
+    """
+    import torch
+
+    from .diagnostics.attention_report import attention_report
+    from .recipes import available_recipes, load_recipe
+
+    names = recipe or sorted(available_recipes())
+    recipes = [load_recipe(n) for n in names]
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if tensors is not None:
+        q, k, v = _load_qkv(tensors, layout)
+        source = {"tensors": str(tensors), "layout": layout}
+    else:
+        from .diagnostics.synthetic import synthetic_qkv
+
+        q, k, v = synthetic_qkv(
+            seq=seq, kv_seq=kv_seq, heads=heads, head_dim=head_dim, batch=batch, seed=seed,
+            outliers=outliers, dtype=getattr(torch, dtype),
+        )
+        source = {"synthetic": "outliers" if outliers else "gaussian", "seed": seed}
+    inputs = {**source, "shape_q": list(q.shape), "shape_kv": list(k.shape), "dtype": str(q.dtype).replace("torch.", "")}
+
+    results = []
+    with _progress(disable=as_json or len(recipes) == 1) as progress:
+        task = progress.add_task("recipes", total=len(recipes))
+        for r in recipes:
+            progress.update(task, description=r.name)
+            results.append(attention_report(q, k, v, r))
+            progress.advance(task)
+
+    if as_json:
+        print_json({**results[0], "inputs": inputs} if len(results) == 1 else {"inputs": inputs, "results": results})
+        return
+    table = Table(title=f"attention vs float64 softmax · q {tuple(q.shape)} kv {tuple(k.shape)} · {source}")
+    for col in ("recipe", "rel L2", "cosine", "|rowsum−1| mean", "|rowsum−1| max", "err Q", "err K", "err V", "err P̃"):
+        table.add_column(col, justify="left" if col == "recipe" else "right")
+    for r in results:
+        e = r["operand_rel_l2"]
+        table.add_row(
+            r["recipe"], f"{r['rel_l2']:.4g}", f"{r['cosine']:.6f}", f"{r['rowsum_dev_mean']:.3g}",
+            f"{r['rowsum_dev_max']:.3g}", *(f"{e[o]:.3g}" for o in "qkvp"),
+        )
+    out.print(table)
+
+
+def _load_qkv(path: Path, layout: str):
+    if layout not in ("BHND", "BNHD"):
+        raise UserError(f"--layout must be BHND or BNHD, got {layout!r}")
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        data = load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"{path}: not a readable safetensors file ({e})") from None
+    missing = [n for n in ("q", "k", "v") if n not in data]
+    if missing:
+        raise UserError(f"{path}: missing tensors {', '.join(missing)} (need q, k, v)")
+    q, k, v = data["q"], data["k"], data["v"]
+    if layout == "BNHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v)) if all(t.dim() == 4 for t in (q, k, v)) else (q, k, v)
+    return q, k, v
+
+
+@diagnose_app.command("uos")
+@user_errors
+def diagnose_uos(as_json: bool = JsonOpt) -> None:
+    """The UOS analysis of the MXAttention paper: the objective's minimiser (7.25), the OCP
+    overflow-rounding probability (19.27%) and Table 1's normalized-maximum ranges."""
+    from .analysis import uos
+
+    summary = uos.summary()
+    if as_json:
+        print_json(summary)
+        return
+    out.print(f"UOS objective minimiser q* = {summary['argmin_q']:.6f}   (paper: 29/4 = 7.25)", highlight=False)
+    out.print(f"stationary boundary Δ(q)=0 at q = {summary['stationary_boundary']:.6f}", highlight=False)
+    out.print(f"OCP overflow-rounding probability = {100 * summary['ocp_overflow_probability']:.4f}%   (paper: 19.27%)", highlight=False)
+    table = Table(title="Table 1: normalized block maximum per scale rule")
+    for col in ("rule", "exponent", "range (analytic)", "range (observed)", "overflow interval", "P(overflow)"):
+        table.add_column(col)
+    for row in summary["table1"]:
+        table.add_row(*(_fmt_cell(row.get(k)) for k in ("rule", "exponent", "range", "empirical_range", "overflow_interval", "overflow_probability")))
+    out.print(table)
+
+
+def _fmt_cell(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt_cell(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt_cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+# ---------------------------------------------------------------- commands that land in later issues
+
+_PENDING = {
+    "generate": ("Generate videos for prompts x seeds x recipes.", "the generation issue (#4)"),
+    "evaluate": ("Score run directories (VBench, PSNR, SSIM, LPIPS, cosine vs FP16).", "the evaluation issue (#5)"),
+    "compare": ("Tables and plots comparing recipes against the FP16 baseline.", "the evaluation issue (#5)"),
+    "ablate": ("Run an ablation study declared under recipes/ablations (e.g. table3).", "the evaluation issue (#5)"),
+}
+
+
+def _pending(name: str, help_text: str, where: str) -> None:
+    @app.command(name, help=f"{help_text} [not available yet: lands with {where}]",
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def command(ctx: typer.Context) -> None:
+        print(f"error: `lowbit-video {name}` is not available yet; it lands with {where}", file=sys.stderr)
+        raise typer.Exit(2)
+
+
+for _name, (_help, _where) in _PENDING.items():
+    _pending(_name, _help, _where)
+
+
+# ------------------------------------------------------------------------------------------ utils
+
+
+def _progress(disable: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=err, transient=True, disable=disable)
+
+
+def _short_path(p: str) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return p
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Diagnostics that need no model: synthetic attention inputs and per-recipe error reports."""

@@ -1,0 +1,38 @@
+"""`diagnose attention`: a recipe's output error against float64 softmax attention."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from ..attention import attend, exact_attention
+from ..recipes import Recipe
+
+
+def attention_report(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe) -> dict[str, Any]:
+    """Relative L2 error and cosine of the recipe's output vs exact attention, and the induced row
+    sums |Σ_j w_ij − 1| of the weights the recipe actually applies to V (BHND inputs)."""
+    start = time.perf_counter()
+    out, diag = attend(q, k, v, recipe, backend="reference", return_diagnostics=True)
+    seconds = time.perf_counter() - start
+    ref = exact_attention(q, k, v)
+    out64 = out.to(torch.float64)
+    err = torch.linalg.vector_norm(out64 - ref) / torch.linalg.vector_norm(ref)
+    cosine = torch.nn.functional.cosine_similarity(out64.flatten(), ref.flatten(), dim=0)
+    return {
+        "recipe": recipe.name,
+        "rel_l2": float(err),
+        "cosine": float(cosine),
+        "rowsum_dev_mean": diag.rowsum_dev_mean,
+        "rowsum_dev_max": diag.rowsum_dev_max,
+        "rowsum_mean": float(diag.row_sums.mean()),
+        "operand_rel_l2": {name: _finite(e) for name, e in diag.quant_rel_l2.items()},
+        "seconds": round(seconds, 3),
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

@@ -1,0 +1,19 @@
+"""Errors a user can cause and fix. The CLI prints these as one line, without a traceback."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input from the user: a recipe file, a name, a shape, a value. Message is one line."""
+
+
+class RecipeError(UserError):
+    """A recipe file or recipe name that cannot be used."""
+
+
+class NonFiniteInputError(UserError, ValueError):
+    """Attention inputs that contain NaN or Inf: quantization scales would be meaningless."""
+
+
+class ShapeError(UserError, ValueError):
+    """Tensor shapes that a recipe cannot run on (e.g. head_dim not a multiple of the MX block)."""

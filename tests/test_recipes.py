@@ -1,0 +1,118 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from lowbit_video.errors import RecipeError
+from lowbit_video.recipes import available_recipes, load_recipe, recipe_from_dict
+
+NINE = {"fp16", "mxfp4-ocp", "mxfp4-tfs", "mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos",
+        "nvfp4", "sage-nvfp4", "sage2-int8"}
+
+
+def test_shipped_recipes_include_the_foundation_nine():
+    assert NINE <= set(available_recipes())
+
+
+@pytest.mark.parametrize("name", sorted(available_recipes()))
+def test_every_shipped_recipe_loads_and_names_itself(name):
+    recipe = load_recipe(name)
+    assert recipe.name == name  # the file stem and the declared name agree
+    assert recipe.description and "\n" not in recipe.description
+
+
+def test_mxattention_resolves_includes_to_paper_algorithm_1():
+    a = load_recipe("mxattention").attention
+    assert (a.rotation, a.placement) == ("hadamard", "pnq")
+    for op in "qkvp":
+        o = a.operand(op)
+        assert (o.format, o.rule, o.qmax, o.block_size) == ("mxfp4", "uos", 7.25, 32)
+
+
+@pytest.mark.parametrize(
+    "name, rotation, placement, rule",
+    [
+        ("mxattention-no-uos", "hadamard", "pnq", "ocp"),
+        ("mxattention-no-pnq-uos", "hadamard", "direct", "ocp"),
+        ("mxfp4-ocp", "none", "direct", "ocp"),
+        ("mxfp4-tfs", "none", "direct", "tfs"),
+    ],
+)
+def test_table3_ablation_rows(name, rotation, placement, rule):
+    a = load_recipe(name).attention
+    assert (a.rotation, a.placement) == (rotation, placement)
+    assert {a.operand(o).rule for o in "qkvp"} == {rule}
+
+
+def test_sage_recipes():
+    s = load_recipe("sage-nvfp4").attention
+    assert s.smooth_q and s.smooth_k and s.p.outer_scale == "row" and s.p.format == "nvfp4"
+    n = load_recipe("nvfp4").attention
+    assert not n.smooth_k and n.p.outer_scale == "none"
+    i = load_recipe("sage2-int8").attention
+    assert (i.q.format, i.v.format, i.p.format) == ("int8", "fp8_e4m3", "fp8_e4m3")
+    assert i.p.static_scale == pytest.approx(1 / 448, rel=1e-15)
+
+
+def test_recipe_is_frozen():
+    r = load_recipe("mxattention")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.attention.placement = "direct"  # type: ignore[misc]
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('name = "x"\n[attention]\nkind = "quantized"\nplacemnt = "pnq"\n[attention.q]\nformat = "mxfp4"\n', "attention.placemnt"),
+        ('name = "x"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "mxfp5"\n', "attention.q.format"),
+        ('name = "x"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "mxfp4"\nrule = "floor"\n', "attention.q.rule"),
+        ('name = "x"\n[attention]\nkind = "quantized"\n[attention.p]\nformat = "mxfp4"\nqmax = -1\n', "attention.p.qmax"),
+        ('name = "x"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "int8"\nrule = "ocp"\n', "attention.q.rule"),
+        ('name = "x"\n[attention]\nkind = "quantized"\ntile_k = 100\n[attention.p]\nformat = "mxfp4"\n', "attention.tile_k"),
+        ('name = "x"\n[attention]\nkind = "dense"\n[attention.q]\nformat = "int8"\n', "attention.kind"),
+        ('name = "x"\n[policy]\nhigh_precision_steps = ["last"]\n', "policy.high_precision_steps"),
+        ('name = "x"\nbogus = 1\n', "bogus"),
+        ('name = "x"\n[attention\n', "not valid TOML"),
+    ],
+)
+def test_bad_recipe_files_name_the_file_and_key(tmp_path, text, key):
+    path = _write(tmp_path, "bad.toml", text)
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    msg = str(e.value)
+    assert str(path) in msg and key in msg and "\n" not in msg
+
+
+def test_include_merges_tables_and_child_wins(tmp_path):
+    _write(tmp_path, "base.toml", '[attention]\nkind = "quantized"\nplacement = "direct"\n[attention.q]\nformat = "mxfp4"\nrule = "ocp"\n')
+    child = _write(tmp_path, "child.toml", 'include = "base.toml"\nname = "child"\n[attention]\nplacement = "pnq"\n')
+    a = load_recipe(child).attention
+    assert (a.placement, a.q.format, a.q.rule, a.kind) == ("pnq", "mxfp4", "ocp", "quantized")
+
+
+def test_include_cycle_is_an_error(tmp_path):
+    _write(tmp_path, "a.toml", 'include = "b.toml"\n')
+    _write(tmp_path, "b.toml", 'include = "a.toml"\n')
+    with pytest.raises(RecipeError, match="include cycle"):
+        load_recipe(tmp_path / "a.toml")
+
+
+def test_unknown_recipe_name_lists_known_ones():
+    with pytest.raises(RecipeError, match="unknown recipe 'mxattenion'.*mxattention"):
+        load_recipe("mxattenion")
+
+
+def test_policy_counts_negative_steps_from_the_end():
+    r = recipe_from_dict({"name": "x", "policy": {"high_precision_blocks": [0], "high_precision_steps": [-2, -1]}})
+    pol = r.policy
+    assert not pol.quantizes(block=0, step=5, num_steps=40)
+    assert not pol.quantizes(block=3, step=38, num_steps=40)
+    assert not pol.quantizes(block=3, step=39, num_steps=40)
+    assert pol.quantizes(block=3, step=37, num_steps=40)
+    assert not pol.quantizes(block=3, step=5, num_steps=40, attention_type="cross")
