@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -33,7 +34,9 @@ diagnose_app = typer.Typer(help="Numerical diagnostics that need no model.", no_
 app.add_typer(recipes_app, name="recipes")
 app.add_typer(diagnose_app, name="diagnose")
 
-out = Console(soft_wrap=True)
+# Tables must not be squeezed to 80 columns when stdout is a pipe or a CI log.
+_WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
+out = Console(soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 
 JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON object on stdout instead of a table.")
@@ -187,7 +190,7 @@ def diagnose_attention(
         return
     table = Table(title=f"attention vs float64 softmax · q {tuple(q.shape)} kv {tuple(k.shape)} · {source}")
     for col in ("recipe", "rel L2", "cosine", "|rowsum−1| mean", "|rowsum−1| max", "err Q", "err K", "err V", "err P̃"):
-        table.add_column(col, justify="left" if col == "recipe" else "right")
+        table.add_column(col, justify="left" if col == "recipe" else "right", no_wrap=True)
     for r in results:
         e = r["operand_rel_l2"]
         table.add_row(

@@ -1,0 +1,121 @@
+"""Black-box checks of the `lowbit-video` command, run as a user would (a real process)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+NINE = {"fp16", "mxfp4-ocp", "mxfp4-tfs", "mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos",
+        "nvfp4", "sage-nvfp4", "sage2-int8"}
+
+
+def cli(*args, check=True):
+    res = subprocess.run([sys.executable, "-m", "lowbit_video", *args], capture_output=True, text=True)
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+def cli_json(*args):
+    res = cli(*args, "--json")
+    return json.loads(res.stdout)  # exactly one JSON object on stdout, nothing else
+
+
+def assert_one_line_error(res):
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+
+
+def test_help_lists_the_commands():
+    text = cli("--help").stdout
+    for command in ("generate", "evaluate", "compare", "ablate", "recipes", "diagnose"):
+        assert command in text
+
+
+@pytest.mark.parametrize("command", ["generate", "evaluate", "compare", "ablate"])
+def test_commands_of_later_issues_say_so_and_fail(command):
+    assert_one_line_error(cli(command, "--recipe", "mxattention", check=False))
+
+
+def test_recipes_json_lists_the_nine():
+    data = cli_json("recipes")
+    rows = data["recipes"]
+    assert NINE <= {r["name"] for r in rows}
+    assert all(r["description"] and r["file"].endswith(".toml") for r in rows)
+
+
+def test_recipes_validate(tmp_path, repo):
+    ok = cli("recipes", "validate", str(repo / "recipes" / "mxattention.toml"))
+    assert "ok" in ok.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "mxfp4"\nrull = "ocp"\n')
+    res = cli("recipes", "validate", str(bad), check=False)
+    assert_one_line_error(res)
+    assert "attention.q.rull" in res.stderr and str(bad) in res.stderr
+
+
+def test_diagnose_uos_reproduces_the_paper():
+    data = cli_json("diagnose", "uos")
+    assert abs(data["argmin_q"] - 7.25) <= 0.01  # paper: Q_max = 29/4
+    assert abs(data["ocp_overflow_probability"] - 0.1927) <= 0.001  # paper: ≈ 19.27%
+
+
+def test_diagnose_attention_pnq_rowsums_and_direct_mismatch():
+    mx = cli_json("diagnose", "attention", "--recipe", "mxattention")
+    assert {"recipe", "rel_l2", "cosine", "rowsum_dev_mean", "rowsum_dev_max"} <= set(mx)
+    assert mx["recipe"] == "mxattention" and mx["rowsum_dev_max"] <= 1e-5
+    ocp = cli_json("diagnose", "attention", "--recipe", "mxfp4-ocp")
+    assert ocp["rowsum_dev_mean"] > 1e-3
+
+
+@pytest.mark.slow
+def test_outlier_ordering_matches_the_paper():
+    # MXAttention paper Table 3 ordering of attention fidelity: Full < w/o UOS, and Full < OCP MXFP4.
+    data = cli_json("diagnose", "attention", "--outliers", "--seq", "2048",
+                    "-r", "mxattention", "-r", "mxattention-no-uos", "-r", "mxfp4-ocp")
+    err = {r["recipe"]: r["rel_l2"] for r in data["results"]}
+    assert err["mxattention"] < err["mxattention-no-uos"]
+    assert err["mxattention"] < err["mxfp4-ocp"]
+
+
+def test_unknown_recipe_is_a_one_line_error():
+    res = cli("diagnose", "attention", "--recipe", "mxattenion", check=False)
+    assert_one_line_error(res)
+    assert "unknown recipe" in res.stderr
+
+
+def test_head_dim_not_multiple_of_32_for_mx_recipe():
+    res = cli("diagnose", "attention", "--recipe", "mxattention", "--head-dim", "48", "--seq", "64", check=False)
+    assert_one_line_error(res)
+    assert "head_dim 48" in res.stderr
+
+
+def test_malformed_recipe_file_in_diagnose(tmp_path):
+    bad = tmp_path / "broken.toml"
+    bad.write_text("name = \n")
+    assert_one_line_error(cli("diagnose", "attention", "--recipe", str(bad), check=False))
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_non_finite_tensors_are_a_one_line_error(tmp_path, poison):
+    q, k, v = (torch.randn(1, 2, 64, 64) for _ in range(3))
+    k[0, 0, 5, 5] = poison
+    path = tmp_path / "qkv.safetensors"
+    save_file({"q": q, "k": k, "v": v}, str(path))
+    res = cli("diagnose", "attention", "--recipe", "mxattention", "--tensors", str(path), check=False)
+    assert_one_line_error(res)
+    assert "NaN or Inf" in res.stderr
+
+
+def test_tensors_file_round_trip(tmp_path):
+    q, k, v = (torch.randn(1, 32, 2, 64) for _ in range(3))  # BNHD, as diffusers passes them
+    path = tmp_path / "qkv.safetensors"
+    save_file({"q": q, "k": k, "v": v}, str(path))
+    data = cli_json("diagnose", "attention", "-r", "mxattention", "--tensors", str(path), "--layout", "BNHD")
+    assert data["inputs"]["shape_q"] == [1, 2, 32, 64]
+    assert 0 < data["rel_l2"] < 0.5
