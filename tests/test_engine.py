@@ -148,8 +148,12 @@ def test_shape_mismatches_are_user_errors():
 
 
 @pytest.mark.gpu
-def test_reference_engine_runs_on_cuda_and_matches_cpu():
+@pytest.mark.parametrize("recipe", ["fp16"] + QUANTIZED)
+def test_reference_engine_runs_on_cuda_and_matches_cpu(recipe):
+    # Same float64 math on both devices; only reduction order may differ (cuBLAS vs CPU BLAS),
+    # which can flip a rounding decision at a quantization boundary, hence a loose-but-small bound.
     q, k, v = qkv(nq=64, nk=256)
-    cpu = attend(q, k, v, "mxattention")
-    gpu = attend(q.cuda(), k.cuda(), v.cuda(), "mxattention").cpu()
-    assert torch.allclose(cpu, gpu, rtol=0, atol=1e-12)
+    cpu = attend(q, k, v, recipe, backend="reference")
+    gpu = attend(q.cuda(), k.cuda(), v.cuda(), recipe, backend="reference")
+    assert gpu.device.type == "cuda"
+    assert float((cpu - gpu.cpu()).abs().max()) < 1e-3 * float(cpu.abs().max())

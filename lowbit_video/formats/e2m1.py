@@ -40,8 +40,9 @@ def encode(values: torch.Tensor) -> torch.Tensor:
     """E2M1 values (already on the grid) -> uint8 codes 0..15. Zero, including -0.0, encodes as 0."""
     v = values.to(torch.float64)
     mag = v.abs().contiguous()  # searchsorted wants contiguous input
-    idx = torch.searchsorted(_MAGNITUDES, mag).clamp(max=len(MAGNITUDES) - 1)
-    if not bool((_MAGNITUDES[idx] == mag).all()):
+    grid = _MAGNITUDES.to(mag.device)  # inputs may live on any device
+    idx = torch.searchsorted(grid, mag).clamp(max=len(MAGNITUDES) - 1)
+    if not bool((grid[idx] == mag).all()):
         raise ValueError("values are not on the E2M1 grid (round them with round_to_e2m1 first)")
     sign = (v < 0).to(torch.int64) * SIGN_BIT  # -0.0 is not < 0, so every zero gets the one code 0
     return (idx | sign).to(torch.uint8)
@@ -50,7 +51,7 @@ def encode(values: torch.Tensor) -> torch.Tensor:
 def decode(codes: torch.Tensor) -> torch.Tensor:
     """uint8 codes 0..15 -> float32 values."""
     _check_codes(codes)
-    return _DECODE[codes.to(torch.int64)]
+    return _DECODE.to(codes.device)[codes.to(torch.int64)]
 
 
 def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:

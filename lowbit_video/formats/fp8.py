@@ -83,7 +83,7 @@ def quantize(
     if scale is None:
         scales = float32_scale(blocks.abs().amax(dim=-1) / e4m3.MAX)
     else:
-        scales = torch.full(layout.scale_shape, _static_scale(scale), dtype=torch.float32)
+        scales = torch.full(layout.scale_shape, _static_scale(scale), dtype=torch.float32, device=x.device)
     # One float64 division, then one exact rounding onto E4M3; the cast to float8 is then exact.
     codes = e4m3.round_to_e4m3(blocks / scales.to(torch.float64).unsqueeze(-1)).to(torch.float8_e4m3fn)
     return FP8Tensor(codes, scales, fmt, layout.shape, layout.axis, block, x.dtype)
