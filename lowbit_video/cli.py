@@ -147,6 +147,10 @@ def diagnose_attention(
     dtype: str = typer.Option("float32", "--dtype", help="Input dtype: float32, float16, bfloat16, float64."),
     tensors: Optional[Path] = typer.Option(None, "--tensors", help="Use q, k, v from a .safetensors file instead of synthetic data."),
     layout: str = typer.Option("BHND", "--layout", help="Layout of --tensors: BHND or BNHD."),
+    frames: Optional[int] = typer.Option(None, "--frames", min=1, help="Draft recipes' video layout: frames (default: the tokens left after --prefix / (height x width))."),
+    height: Optional[int] = typer.Option(None, "--height", min=1, help="Draft recipes' video layout: token rows per frame (synthetic default 16)."),
+    width: Optional[int] = typer.Option(None, "--width", min=1, help="Draft recipes' video layout: token columns per frame (synthetic default 16)."),
+    prefix: int = typer.Option(0, "--prefix", min=0, help="Draft recipes' video layout: text/prefix tokens before the video tokens (kept dense)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run recipes on Q/K/V and report the output's error against float64 softmax attention.
@@ -176,13 +180,14 @@ def diagnose_attention(
         )
         source = {"synthetic": "outliers" if outliers else "gaussian", "seed": seed}
     inputs = {**source, "shape_q": list(q.shape), "shape_kv": list(k.shape), "dtype": str(q.dtype).replace("torch.", "")}
+    geometry = _video_geometry(recipes, q, k, frames, height, width, prefix, synthetic=tensors is None)
 
     results = []
     with _progress(disable=as_json or len(recipes) == 1) as progress:
         task = progress.add_task("recipes", total=len(recipes))
         for r in recipes:
             progress.update(task, description=r.name)
-            results.append(attention_report(q, k, v, r))
+            results.append(attention_report(q, k, v, r, geometry=geometry))
             progress.advance(task)
 
     if as_json:
@@ -198,6 +203,31 @@ def diagnose_attention(
             f"{r['rowsum_dev_max']:.3g}", *(f"{e[o]:.3g}" for o in "qkvp"),
         )
     out.print(table)
+
+
+def _video_geometry(recipes, q, k, frames, height, width, prefix, *, synthetic: bool):
+    """The video token layout (VideoGeometry) draft recipes pool and pack by; None if no selected
+    recipe is a draft recipe. Synthetic inputs are frames of FRAME_SIDE x FRAME_SIDE tokens."""
+    drafts = [r.name for r in recipes if r.attention.kind == "draft"]
+    if not drafts or q.dim() != 4 or k.dim() != 4:
+        return None  # (non-4-D tensors are reported by attend's shape check)
+    from .attention.draft import VideoGeometry
+    from .diagnostics.synthetic import FRAME_SIDE
+
+    need = f"draft recipe {drafts[0]} needs the video token layout"
+    if q.shape[2] != k.shape[2]:
+        raise UserError(f"{need}: it is self-attention, so query and key token counts must match ({q.shape[2]} vs {k.shape[2]})")
+    if not synthetic and (height is None or width is None):
+        raise UserError(f"{need}: pass --height and --width (and --frames, --prefix) for --tensors inputs")
+    height, width = height or FRAME_SIDE, width or FRAME_SIDE
+    video = q.shape[2] - prefix
+    frames = frames or max(video // (height * width), 1)
+    if prefix + frames * height * width != q.shape[2]:
+        raise UserError(
+            f"{need}: {q.shape[2]} tokens are not --prefix {prefix} + --frames {frames} x --height {height} x "
+            f"--width {width} (synthetic inputs: --seq a multiple of {FRAME_SIDE * FRAME_SIDE})"
+        )
+    return VideoGeometry(frames, height, width, prefix)
 
 
 def _load_qkv(path: Path, layout: str):
@@ -253,6 +283,93 @@ def _fmt_cell(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_fmt_cell(v)}" for k, v in value.items())
     return str(value)
+
+
+@diagnose_app.command("outliers")
+@user_errors
+def diagnose_outliers(
+    seq: int = typer.Option(1024, "--seq", min=1, help="Tokens of the synthetic Q and K."),
+    heads: int = typer.Option(2, "--heads", min=1),
+    head_dim: int = typer.Option(128, "--head-dim", min=2),
+    seed: int = typer.Option(0, "--seed"),
+    tensors: Optional[Path] = typer.Option(None, "--tensors", help="Use q, k (and v) from a .safetensors file instead of synthetic data."),
+    layout: str = typer.Option("BHND", "--layout", help="Layout of --tensors: BHND or BNHD."),
+    rope_segments: Optional[str] = typer.Option(None, "--rope-segments", help="t/h/w RoPE channel split, e.g. 44,42,42 (default: Wan's split of head_dim; synthetic data is always RoPE'd with Wan's split)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """RotateAttention's channel-wise incoherence Ψ = max |X − E[X]| of Q and K (E: per-channel token
+    mean), overall and per 3D-RoPE segment, without rotation and after the interleaved, half and full
+    (Hadamard) rotations. Default input: synthetic 3D-RoPE'd, outlier-heavy Q/K."""
+    from .diagnostics.outliers import outlier_report
+
+    segments = None
+    if rope_segments:
+        try:
+            segments = [int(x) for x in rope_segments.replace("/", ",").split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"--rope-segments must be comma-separated integers, got {rope_segments!r}") from None
+    if tensors is not None:
+        q, k, _ = _load_qkv(tensors, layout)
+        source = {"tensors": str(tensors), "layout": layout}
+    else:
+        from .diagnostics.synthetic import synthetic_qkv
+
+        if head_dim % 2:
+            raise UserError(f"--head-dim must be even (3D RoPE rotates channel pairs), got {head_dim}")
+        q, k, _ = synthetic_qkv(seq=seq, heads=heads, head_dim=head_dim, seed=seed, outliers=True)
+        source = {"synthetic": "outliers", "seed": seed}
+    report = outlier_report(q, k, segments)
+    report["inputs"] = {**source, "shape_q": list(q.shape), "shape_k": list(k.shape)}
+    if as_json:
+        print_json(report)
+        return
+    segs = report["rope_segments"]
+    table = Table(title=f"channel-wise incoherence Ψ = max|X − E[X]| · q {tuple(q.shape)} k {tuple(k.shape)} · {source}")
+    cols = ["rotation", "Ψ (max Q, K)", "Ψ Q", "Ψ K", *(f"Ψ {n} ({d})" for n, d in segs.items()), "Ψ none / Ψ", "token max/RMS"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "rotation" else "right", no_wrap=True)
+    for rot in report["psi"]:
+        table.add_row(
+            rot, *(f"{report[key][rot]:.4g}" for key in ("psi", "q", "k")),
+            *(f"{report['segments'][n][rot]:.4g}" for n in segs),
+            _fmt_cell(report["reduction_vs_none"][rot]), f"{report['token_incoherence'][rot]:.4g}",
+        )
+    out.print(table)
+
+
+# ------------------------------------------------------------------------------------ train-tiny
+
+
+@app.command("train-tiny")
+@user_errors
+def train_tiny(
+    steps: int = typer.Option(..., "--steps", min=1, help="Train until this global step (a resumed run counts from its checkpoint)."),
+    out_dir: Path = typer.Option(..., "--out", help="Run folder: checkpoint.pt, loss.jsonl, summary.json, model/ (EMA weights, fp16)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt (model, EMA, optimizer, step, RNG)."),
+    batch: int = typer.Option(64, "--batch", min=1, help="Clips per step."),
+    lr: float = typer.Option(5e-4, "--lr", help="AdamW learning rate (after a linear warm-up)."),
+    device: str = typer.Option("auto", "--device", help="cuda, cpu or auto."),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="Stop (with a checkpoint) after this many minutes."),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile the transformer blocks (regional)."),
+    seed: int = typer.Option(0, "--seed"),
+    workers: int = typer.Option(-1, "--workers", help="Clip-rendering processes (-1: cores - 1; 0: in-process)."),
+    ckpt_every: float = typer.Option(60.0, "--ckpt-every", help="Seconds between checkpoints."),
+    pool_chunks: int = typer.Option(64, "--pool-chunks", min=1, help="Data pool size in chunks of 1024 clips."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train the shipped tiny-shapes text-to-video model (rectified flow, Wan objective)."""
+    from .models.tiny_shapes.train import TrainConfig, train
+
+    cfg = TrainConfig(steps=steps, out=str(out_dir), batch=batch, lr=lr, device=device, minutes=minutes,
+                      compile=compile_, seed=seed, workers=workers, ckpt_every_s=ckpt_every,
+                      pool_chunks=pool_chunks)
+    try:
+        summary = train(cfg, resume=resume, log=(lambda m: print(m, file=sys.stderr, flush=True)) if as_json
+                        else (lambda m: err.print(m, highlight=False)))
+    except (FileNotFoundError, RuntimeError) as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        print_json(summary)
 
 
 # ---------------------------------------------------------------- commands that land in later issues

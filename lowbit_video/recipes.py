@@ -55,12 +55,56 @@ class OperandQuant:
         return self.block or DEFAULT_BLOCK.get(self.format, 32)
 
 
+class DraftSpecError(ValueError):
+    """A DraftSpec value out of range; `key` names the field (the loader adds file and table)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """DraftAttention2's routing budget (`kind = "draft"`, table [attention.draft]).
+
+    Per head, `sparsity` of the video region pairs are skipped; the retained ones split between
+    16-bit, 8-bit (INT8 QKᵀ, FP8 P̃·V) and 4-bit (NVFP4) as fp16 : int8 : nvfp4 (shares summing
+    to one), highest draft scores at the highest precision. The defaults are dense 16-bit attention.
+    """
+
+    block: int = 64  # tokens per packed region block: 64 or 128
+    maxpool_weight: float = 0.0  # weight of the max-pooled draft map; 0 = mean pooling only
+    sparsity: float = 0.0  # skipped fraction of the video region pairs, in [0, 1)
+    fp16: float = 1.0  # share of the retained pairs at 16 bit
+    int8: float = 0.0  # share at 8 bit
+    nvfp4: float = 0.0  # share at 4 bit
+
+    def __post_init__(self):
+        finite = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+        if self.block not in (64, 128) or isinstance(self.block, bool):
+            raise DraftSpecError("block", f"must be 64 or 128, got {self.block!r}")
+        if not (finite(self.maxpool_weight) and 0.0 <= self.maxpool_weight <= 1.0):
+            raise DraftSpecError("maxpool_weight", f"must be in [0, 1], got {self.maxpool_weight!r}")
+        if not (finite(self.sparsity) and 0.0 <= self.sparsity < 1.0):
+            raise DraftSpecError("sparsity", f"must be in [0, 1), got {self.sparsity!r}")
+        for name in ("fp16", "int8", "nvfp4"):
+            if not (finite(getattr(self, name)) and getattr(self, name) >= 0.0):
+                raise DraftSpecError(name, f"must be a finite share >= 0, got {getattr(self, name)!r}")
+        total = self.fp16 + self.int8 + self.nvfp4
+        if abs(total - 1.0) > 1e-9:
+            raise DraftSpecError("fp16", f"the retained shares fp16 + int8 + nvfp4 must sum to 1, got {total!r}")
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """What a recipe asks of attention. `kind = "dense"` is plain softmax attention."""
 
     kind: str = "dense"
-    rotation: str = "none"  # none | hadamard (applied to Q and K; QKᵀ unchanged in exact arithmetic)
+    # Orthogonal rotation of Q and K (QKᵀ unchanged in exact arithmetic): none | hadamard (full D×D)
+    # | interleaved (2×2 on channel pairs (2i, 2i+1)) | half (within each RoPE segment, i with i + D_j/2).
+    rotation: str = "none"
+    rope_segments: tuple[int, ...] = ()  # t/h/w RoPE segment sizes; () = the model's (Wan: 44/42/42 at D=128)
+    rotate_v: bool = False  # Hadamard on V, its inverse applied to the output (folded into W_o in a model)
     smooth_k: bool = False  # subtract K's per-channel mean over tokens (softmax-invariant)
     smooth_q: bool = False  # subtract Q's per-group mean; the removed part is added back in full precision
     smooth_q_group: int = 128
@@ -70,6 +114,7 @@ class AttentionSpec:
     k: OperandQuant = field(default_factory=OperandQuant)
     v: OperandQuant = field(default_factory=OperandQuant)
     p: OperandQuant = field(default_factory=OperandQuant)
+    draft: DraftSpec | None = None  # kind = "draft" only: DraftAttention2's routing budget
 
     def operand(self, name: str) -> OperandQuant:
         return getattr(self, name)
@@ -94,14 +139,15 @@ class PrecisionPolicy:
     """Which attention calls of a model keep 16-bit precision (used by the model adapters)."""
 
     apply_to: tuple[str, ...] = ("self",)  # attention types that are quantized: self, cross
-    high_precision_blocks: tuple[int, ...] = ()  # transformer block indices kept at 16 bit
+    high_precision_blocks: tuple[int, ...] = ()  # transformer block indices kept at 16 bit; negative = from the end
     high_precision_steps: tuple[int, ...] = ()  # denoising steps kept at 16 bit; negative = from the end
 
-    def quantizes(self, *, block: int, step: int, num_steps: int, attention_type: str = "self") -> bool:
-        if attention_type not in self.apply_to or block in self.high_precision_blocks:
+    def quantizes(self, *, block: int, step: int, num_steps: int, num_blocks: int, attention_type: str = "self") -> bool:
+        if attention_type not in self.apply_to:
             return False
+        blocks = {b if b >= 0 else num_blocks + b for b in self.high_precision_blocks}
         steps = {s if s >= 0 else num_steps + s for s in self.high_precision_steps}
-        return step not in steps
+        return block not in blocks and step not in steps
 
 
 @dataclass(frozen=True)
@@ -267,15 +313,23 @@ def _attention_from_dict(where: _Where, raw: Any) -> AttentionSpec:
     t = where.table(raw, "attention.", scalar_keys | operand_keys)
     p = "attention."
     spec = AttentionSpec(
-        kind=where.choice(t, "kind", ("dense", "quantized"), "dense", p),
-        rotation=where.choice(t, "rotation", ("none", "hadamard"), "none", p),
+        kind=where.choice(t, "kind", ("dense", "quantized", "draft"), "dense", p),
+        rotation=where.choice(t, "rotation", ("none", "hadamard", "interleaved", "half"), "none", p),
+        rope_segments=where.int_list(t, "rope_segments", p),
+        rotate_v=where.scalar(t, "rotate_v", bool, False, p),
         smooth_k=where.scalar(t, "smooth_k", bool, False, p),
         smooth_q=where.scalar(t, "smooth_q", bool, False, p),
         smooth_q_group=where.scalar(t, "smooth_q_group", int, 128, p),
         placement=where.choice(t, "placement", ("pnq", "direct"), "pnq", p),
         tile_k=where.scalar(t, "tile_k", int, 128, p),
         **{o: _operand_from_dict(where, o, t.get(o, {})) for o in OPERANDS},
+        draft=_draft_from_dict(where, t["draft"]) if "draft" in t else None,
     )
+    if (spec.kind == "draft") != ("draft" in t):
+        raise where.error(p + ("kind" if "draft" in t else "draft"), "kind = \"draft\" and an [attention.draft] table go together")
+    if spec.kind == "draft" and set(t) - {"kind", "draft"}:
+        extra = sorted(set(t) - {"kind", "draft"})[0]
+        raise where.error(p + extra, "does not apply to kind 'draft' (its formats are fixed; see lowbit_video/attention/draft_exec.py)")
     if spec.smooth_q_group <= 0:
         raise where.error(p + "smooth_q_group", "must be positive")
     if spec.kind == "dense" and spec.quantized:
@@ -286,6 +340,23 @@ def _attention_from_dict(where: _Where, raw: Any) -> AttentionSpec:
     if spec.tile_k <= 0 or spec.tile_k % p_block:
         raise where.error(p + "tile_k", f"must be a positive multiple of the P̃ block ({p_block}), got {spec.tile_k}")
     return spec
+
+
+def _draft_from_dict(where: _Where, raw: Any) -> DraftSpec:
+    p = "attention.draft."
+    t = where.table(raw, p, {f.name for f in fields(DraftSpec)})
+    given = {name for name in ("fp16", "int8", "nvfp4") if name in t}
+    kwargs = {
+        "block": where.scalar(t, "block", int, 64, p),
+        "maxpool_weight": where.scalar(t, "maxpool_weight", float, 0.0, p),
+        "sparsity": where.scalar(t, "sparsity", float, 0.0, p),
+        # Shares not written are 0 once any is written (all 16 bit when none is).
+        **{name: where.scalar(t, name, float, 0.0 if given else float(name == "fp16"), p) for name in ("fp16", "int8", "nvfp4")},
+    }
+    try:
+        return DraftSpec(**kwargs)
+    except DraftSpecError as e:
+        raise where.error(p + e.key, e.message) from None
 
 
 def _operand_from_dict(where: _Where, name: str, raw: Any) -> OperandQuant:
@@ -340,8 +411,6 @@ def _policy_from_dict(where: _Where, raw: Any) -> PrecisionPolicy:
     if not isinstance(apply_to, list) or not all(a in ("self", "cross") for a in apply_to):
         raise where.error(p + "apply_to", f"expected a list drawn from 'self', 'cross', got {apply_to!r}")
     blocks = where.int_list(t, "high_precision_blocks", p)
-    if any(b < 0 for b in blocks):
-        raise where.error(p + "high_precision_blocks", "block indices are >= 0")
     return PrecisionPolicy(
         apply_to=tuple(apply_to),
         high_precision_blocks=blocks,

@@ -111,8 +111,17 @@ def test_unknown_recipe_name_lists_known_ones():
 def test_policy_counts_negative_steps_from_the_end():
     r = recipe_from_dict({"name": "x", "policy": {"high_precision_blocks": [0], "high_precision_steps": [-2, -1]}})
     pol = r.policy
-    assert not pol.quantizes(block=0, step=5, num_steps=40)
-    assert not pol.quantizes(block=3, step=38, num_steps=40)
-    assert not pol.quantizes(block=3, step=39, num_steps=40)
-    assert pol.quantizes(block=3, step=37, num_steps=40)
-    assert not pol.quantizes(block=3, step=5, num_steps=40, attention_type="cross")
+    assert not pol.quantizes(block=0, step=5, num_steps=40, num_blocks=30)
+    assert not pol.quantizes(block=3, step=38, num_steps=40, num_blocks=30)
+    assert not pol.quantizes(block=3, step=39, num_steps=40, num_blocks=30)
+    assert pol.quantizes(block=3, step=37, num_steps=40, num_blocks=30)
+    assert not pol.quantizes(block=3, step=5, num_steps=40, num_blocks=30, attention_type="cross")
+
+
+def test_policy_counts_negative_blocks_from_the_end():
+    # RotateAttention keeps the first and last 2 DiT blocks at 16 bit: [0, 1, -2, -1] of 40 blocks.
+    pol = recipe_from_dict({"name": "x", "policy": {"high_precision_blocks": [0, 1, -2, -1]}}).policy
+    kept = [b for b in range(40) if not pol.quantizes(block=b, step=5, num_steps=50, num_blocks=40)]
+    assert kept == [0, 1, 38, 39]
+    kept30 = [b for b in range(30) if not pol.quantizes(block=b, step=5, num_steps=50, num_blocks=30)]
+    assert kept30 == [0, 1, 28, 29]

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ..errors import NonFiniteInputError, ShapeError
 from ..recipes import Recipe, load_recipe
+from .draft_layout import VideoGeometry
 from .reference import AttentionDiagnostics, reference_attention
 
 Layout = Literal["BHND", "BNHD"]
@@ -28,6 +29,8 @@ def attend(
     scale: float | None = None,
     backend: Backend = "auto",
     return_diagnostics: bool = False,
+    rope_segments: tuple[int, ...] | list[int] | None = None,
+    geometry: VideoGeometry | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionDiagnostics]:
     """Non-causal attention of q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv) under `recipe`.
 
@@ -40,6 +43,11 @@ def attend(
             (float64, the oracle kernels are tested against).
         return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
             implies the reference engine.
+        rope_segments: the model's 3D-RoPE t/h/w channel split (e.g. Wan at head_dim 128: 44, 42,
+            42); overrides the recipe's `rope_segments` for the "half" rotation.
+        geometry: the video token layout (frames, height, width, prefix tokens) that
+            `kind = "draft"` recipes (DraftAttention2) pool and pack by; required for them, ignored
+            by the others. Draft recipes always run the reference engine.
 
     Returns the output in q's layout and dtype (and the diagnostics if asked).
     """
@@ -51,8 +59,13 @@ def attend(
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     _check_recipe_fits(spec, q.shape[-1])
 
-    if spec.quantized or backend == "reference" or return_diagnostics:
-        out, diag = reference_attention(q, k, v, spec, scale=scale)
+    if spec.kind == "draft":
+        from .draft import draft_attention
+
+        out, diag = draft_attention(q, k, v, spec.draft, geometry, scale=scale)
+        out = out.to(q.dtype)
+    elif spec.quantized or backend == "reference" or return_diagnostics:
+        out, diag = reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments)
         out = out.to(q.dtype)
     else:
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None

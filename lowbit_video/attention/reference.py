@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
 from ..recipes import AttentionSpec
-from ..transforms import hadamard_matrix, smooth_k, smooth_q
+from ..transforms import hadamard_matrix, qk_rotation, smooth_k, smooth_q
 from .quantizers import build_quantizer
 
 
@@ -55,17 +56,29 @@ def reference_attention(
     spec: AttentionSpec,
     *,
     scale: float | None = None,
+    rope_segments: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, AttentionDiagnostics]:
-    """Attention of BHND tensors under `spec`, computed in float64. Returns (output, diagnostics)."""
+    """Attention of BHND tensors under `spec`, computed in float64. Returns (output, diagnostics).
+
+    `rope_segments` (t/h/w channel counts of the model's 3D RoPE) overrides the recipe's
+    `rope_segments` for the "half" rotation; if both are empty, Wan's split of head_dim is used.
+    """
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
     head_dim = q.shape[-1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
 
     # Transforms: QKᵀ-preserving rotation, then smoothing (SageAttention order: smooth the operand
-    # that gets quantized).
-    if spec.rotation == "hadamard":
-        h = hadamard_matrix(head_dim, dtype=torch.float64, device=q.device)
-        q, k = q @ h, k @ h
+    # that gets quantized). Mean subtraction commutes with a rotation shared by all tokens, so the
+    # order is immaterial in exact arithmetic.
+    if spec.rotation != "none":
+        segments = rope_segments if rope_segments else spec.rope_segments
+        rotation = qk_rotation(spec.rotation, head_dim, segments)
+        q, k = rotation.apply(q), rotation.apply(k)
+    v_rotation = None
+    if spec.rotate_v:
+        # V H before quantization, output · Hᵀ after: the same math as folding H into W_v and W_o.
+        v_rotation = hadamard_matrix(v.shape[-1], dtype=torch.float64, device=v.device)
+        v = v @ v_rotation
     if spec.smooth_k:
         k, _ = smooth_k(k)  # softmax-invariant: every score in a row shifts by the same amount
     q_mean = None
@@ -102,6 +115,8 @@ def reference_attention(
         p_norm2 += float((p**2).sum())
 
     out = acc / ell
+    if v_rotation is not None:
+        out = out @ v_rotation.T
     errors["p"] = math.sqrt(p_err2 / p_norm2) if p_norm2 > 0 else 0.0
     return out, AttentionDiagnostics(row_sums=(ell_applied / ell).squeeze(-1), quant_rel_l2=errors)
 

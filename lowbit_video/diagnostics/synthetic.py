@@ -12,13 +12,9 @@ import math
 
 import torch
 
+from ..transforms.rope import rope_segments
+
 FRAME_SIDE = 16  # tokens per frame edge for the synthetic (t, h, w) grid
-
-
-def rope_segments(head_dim: int) -> tuple[int, int, int]:
-    """Wan's split of head_dim into t/h/w rotary segments (128 -> 44/42/42)."""
-    hw = 2 * (head_dim // 6)
-    return head_dim - 2 * hw, hw, hw
 
 
 def grid_positions(seq: int) -> torch.Tensor:
