@@ -81,7 +81,7 @@ class DraftSpec:
 
     def __post_init__(self):
         finite = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
-        if self.block not in (64, 128) or isinstance(self.block, bool):
+        if type(self.block) is not int or self.block not in (64, 128):
             raise DraftSpecError("block", f"must be 64 or 128, got {self.block!r}")
         if not (finite(self.maxpool_weight) and 0.0 <= self.maxpool_weight <= 1.0):
             raise DraftSpecError("maxpool_weight", f"must be in [0, 1], got {self.maxpool_weight!r}")

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from ..errors import UserError
+
 from ..transforms.rope import rope_segments
 
 FRAME_SIDE = 16  # tokens per frame edge for the synthetic (t, h, w) grid
@@ -51,6 +53,8 @@ def synthetic_qkv(
     dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, k, v) in BHND layout, deterministic in `seed`."""
+    if outliers and (head_dim % 2 or head_dim < 6):
+        raise UserError(f"--outliers applies 3D RoPE to channel pairs: head_dim must be even and >= 6, got {head_dim}")
     kv_seq = seq if kv_seq is None else kv_seq
     g = torch.Generator().manual_seed(seed)
 
