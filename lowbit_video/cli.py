@@ -155,9 +155,7 @@ def diagnose_attention(
 ) -> None:
     """Run recipes on Q/K/V and report the output's error against float64 softmax attention.
 
-    Reports relative L2 error and cosine similarity of the output, and the mean and max of
-    |row sum − 1| of the attention weights the recipe actually applies to V (exactly 0 with
-    pre-normalization quantization).
+    Reports relative L2 error and cosine similarity of the output, and the mean and max of |row sum − 1| of the attention weights the recipe actually applies to V (exactly 0 with pre-normalization quantization). Draft recipes also report the realised skip fraction and the share of blocks at each precision.
     """
     import torch
 
