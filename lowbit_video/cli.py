@@ -267,8 +267,20 @@ def diagnose_uos(as_json: bool = JsonOpt) -> None:
     for col in ("rule", "exponent", "range (analytic)", "range (observed)", "overflow interval", "P(overflow)"):
         table.add_column(col)
     for row in summary["table1"]:
-        table.add_row(*(_fmt_cell(row.get(k)) for k in ("rule", "exponent", "range", "empirical_range", "overflow_interval", "overflow_probability")))
+        seen = row.get("empirical_range") or {}
+        table.add_row(
+            row["rule"], row["exponent"], _interval(row["normalized_max_range"]),
+            f"[{seen['min']:.6g}, {seen['max']:.6g}]" if seen else "n/a",
+            _interval(row["overflow_interval"]), f"{100 * row['overflow_probability']:.2f}%",
+        )
     out.print(table)
+
+
+def _interval(iv: dict | None) -> str:
+    """{"lo", "hi", "lo_closed", "hi_closed"} as [lo, hi) notation; None as 'none'."""
+    if iv is None:
+        return "none"
+    return f"{'[' if iv['lo_closed'] else '('}{iv['lo']:g}, {iv['hi']:g}{']' if iv['hi_closed'] else ')'}"
 
 
 def _fmt_cell(value: Any) -> str:
