@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperCommand
 
 from . import __version__
 from .errors import UserError
@@ -382,10 +383,200 @@ def train_tiny(
         print_json(summary)
 
 
+# ------------------------------------------------------------------------- generate, models, adherence
+
+
+class _GreedyCommand(TyperCommand):
+    """Lets list options take several values after one flag (`--seeds 0 1 2`, `--recipe fp16
+    mxattention`) as well as repeated flags (`--seeds 0 --seeds 1`): each value after a listed option,
+    up to the next argument starting with '-', is given to that option."""
+
+    greedy: tuple[str, ...] = ("--seeds", "--recipe", "-r", "--prompt", "--capture-blocks", "--capture-steps")
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        out: list[str] = []
+        opt, taken = None, 0
+        for i, a in enumerate(args):
+            if a == "--":
+                out.extend(args[i:])
+                break
+            if a in self.greedy:
+                opt, taken = a, 0
+                out.append(a)
+            elif a.startswith("-") and len(a) > 1:
+                opt = None
+                out.append(a)
+            elif opt is not None:
+                out.extend([a] if taken == 0 else [opt, a])
+                taken += 1
+            else:
+                out.append(a)
+        return super().parse_args(ctx, out)
+
+
+class _RichReporter:
+    """generate's progress on stderr: one bar over runs, one over the denoising steps of a batch."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                 TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+        self.runs_task = self.steps_task = None
+        self.steps_done = 0
+        self.started = False
+
+    def planned(self, runs: list, todo: int) -> None:
+        done = len(runs) - todo
+        if done and not self.quiet:
+            err.print(f"{done} of {len(runs)} runs already complete", highlight=False)
+        if todo:
+            self.progress.start()
+            self.started = True
+            self.runs_task = self.progress.add_task("runs", total=todo)
+            self.steps_task = self.progress.add_task("steps", total=1, visible=False)
+
+    def loading(self, model: str) -> None:
+        self.progress.update(self.runs_task, description=f"loading {model}")
+
+    def loaded(self, model: str, seconds: float) -> None:
+        self.progress.update(self.runs_task, description="runs")
+        self.progress.console.print(f"loaded {model} in {seconds:.1f} s", highlight=False)
+
+    def batch_started(self, recipe: str, prompt: str, seeds: list, steps: int) -> None:
+        short = prompt if len(prompt) <= 32 else prompt[:31] + "…"
+        self.progress.update(self.runs_task, description=f"{recipe} · seed {','.join(map(str, seeds))} · {short}")
+        self.steps_done = 0
+        self.progress.reset(self.steps_task, total=steps, completed=0, visible=True, description="steps")
+
+    def step(self, step: int, total: int) -> None:
+        # one call per finished step (the step index may count from 0 or 1, so it is not used)
+        self.steps_done = min(self.steps_done + 1, total)
+        self.progress.update(self.steps_task, total=total, completed=self.steps_done)
+
+    def run_done(self, run: Any) -> None:
+        self.progress.advance(self.runs_task)
+
+    def close(self) -> None:
+        if self.started:
+            self.progress.stop()
+
+
+@app.command("generate", cls=_GreedyCommand)
+@user_errors
+def generate(
+    model: str = typer.Option("tiny-shapes", "--model", "-m", help="Model name (see `lowbit-video models`)."),
+    recipe: Optional[list[str]] = typer.Option(None, "--recipe", "-r", help="Recipe name or TOML path; several: --recipe fp16 mxattention (default: fp16)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file, one per line, '#' comments (default: prompts/smoke.txt)."),
+    prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
+    seeds: Optional[list[int]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: 0). A seed gives the same initial noise under every recipe."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the model's)."),
+    out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: <out>/<model>/<recipe>/<prompt-slug>/seed-<s>/."),
+    model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (real models; offline)."),
+    height: Optional[int] = typer.Option(None, "--height", help="Frame height in pixels (default: the model's)."),
+    width: Optional[int] = typer.Option(None, "--width", help="Frame width in pixels (default: the model's)."),
+    frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip (default: the model's)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", help="Classifier-free guidance scale (default: the model's)."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Seeds of a prompt per model call (default 1: a run's frames then never depend on what else is in the grid; larger batches are faster on a GPU, not on a CPU)."),
+    capture_qkv: Optional[str] = typer.Option(None, "--capture-qkv", help="Save post-RoPE Q, K, V (safetensors + index) under this folder."),
+    capture_blocks: Optional[list[int]] = typer.Option(None, "--capture-blocks", help="Blocks to capture (default: all)."),
+    capture_steps: Optional[list[int]] = typer.Option(None, "--capture-steps", help="Denoising steps to capture (default: all)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Regenerate runs that are already complete."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Generate videos for prompts x seeds x recipes: video.mp4, frames.png, frames.npz and meta.json per run.
+
+    Resumable: complete runs (meta.json present; it is written last, atomically) are skipped, so the same command again does nothing; an interrupted run is cleaned and generated again.
+    """
+    from .generate import GenerateConfig, generate as run_grid
+
+    if prompts is not None and prompt:
+        raise UserError("pass --prompts FILE or --prompt TEXT, not both")
+    cfg = GenerateConfig(
+        model=model, recipes=recipe or ["fp16"], prompts=prompt or None,
+        prompts_file=str(prompts) if prompts is not None else None, seeds=seeds or [0], steps=steps,
+        guidance=guidance, height=height, width=width, frames=frames, out=out_dir, model_path=model_path,
+        device=device, batch=batch, capture_dir=capture_qkv, capture_blocks=capture_blocks,
+        capture_steps=capture_steps, overwrite=overwrite,
+    )
+    reporter = _RichReporter(quiet=as_json)
+    try:
+        result = run_grid(cfg, reporter)
+    finally:
+        reporter.close()
+    if as_json:
+        print_json(result)
+        return
+    n, done, skipped = len(result["runs"]), result["generated"], result["skipped"]
+    if done == 0:
+        out.print(f"{skipped} runs already complete; nothing to do ({_short_path(str(out_dir))})", highlight=False)
+        return
+    if n <= 24:
+        table = Table(title=f"generate · {model} · {_short_path(str(out_dir))}")
+        for col in ("recipe", "prompt", "seed", "status", "dir (under --out)"):
+            table.add_column(col, overflow="fold")
+        for r in result["runs"]:
+            table.add_row(r["recipe"], r["prompt"], str(r["seed"]), r["status"], _relative(r["dir"], out_dir))
+        out.print(table)
+    out.print(f"generated {done} run{'s' * (done != 1)}, {skipped} already complete → {_short_path(str(out_dir))}",
+              highlight=False)
+
+
+@app.command("models")
+@user_errors
+def models(as_json: bool = JsonOpt) -> None:
+    """List the models: name, family, where the weights come from, default steps and size."""
+    from dataclasses import asdict
+
+    from .models.registry import list_models
+
+    rows = [asdict(m) for m in list_models()]
+    if as_json:
+        print_json({"models": rows})
+        return
+    table = Table(title="models")
+    for col in ("name", "family", "weights", "steps", "size (frames x H x W)", "description"):
+        table.add_column(col, overflow="fold")
+    for m in rows:
+        table.add_row(m["name"], m["family"], str(m["weights"]), str(m["default_steps"]),
+                      f"{m['default_frames']} x {m['default_height']} x {m['default_width']}", m["description"])
+    out.print(table)
+
+
+@app.command("adherence")
+@user_errors
+def adherence(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories, or folders above them (searched)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Prompt adherence of tiny-shapes runs (colour, motion, shape detected from the pixels).
+
+    Reads each run's exact frames (frames.npz; else the PNG strip; else the decoded mp4) and the prompt in meta.json. Runs of other models and two-object prompts are skipped with a note on stderr.
+    """
+    from .generate import adherence as score_runs
+
+    res = score_runs(run_dirs)
+    for s in res["skipped"]:
+        print(f"note: skipped {s['dir']}: {s['reason']}", file=sys.stderr)
+    if res["n"] == 0:
+        raise UserError(f"no tiny-shapes runs to score under {', '.join(map(str, run_dirs))} "
+                        f"({len(res['skipped'])} skipped)")
+    summary = {k: res[k] for k in ("color_accuracy", "motion_accuracy", "shape_accuracy", "n")}
+    summary["skipped"] = len(res["skipped"])
+    if as_json:
+        print_json(summary)
+        return
+    table = Table(title=f"prompt adherence · {res['n']} runs")
+    for col in ("colour", "motion", "shape", "n", "skipped"):
+        table.add_column(col, justify="right")
+    table.add_row(*(f"{100 * summary[k]:.1f}%" for k in ("color_accuracy", "motion_accuracy", "shape_accuracy")),
+                  str(res["n"]), str(summary["skipped"]))
+    out.print(table)
+
+
 # ---------------------------------------------------------------- commands that land in later issues
 
 _PENDING = {
-    "generate": ("Generate videos for prompts x seeds x recipes.", "the generation issue (#4)"),
     "evaluate": ("Score run directories (VBench, PSNR, SSIM, LPIPS, cosine vs FP16).", "the evaluation issue (#5)"),
     "compare": ("Tables and plots comparing recipes against the FP16 baseline.", "the evaluation issue (#5)"),
     "ablate": ("Run an ablation study declared under recipes/ablations (e.g. table3).", "the evaluation issue (#5)"),
@@ -410,6 +601,13 @@ for _name, (_help, _where) in _PENDING.items():
 def _progress(disable: bool) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), console=err, transient=True, disable=disable)
+
+
+def _relative(p: str, root: Path) -> str:
+    try:
+        return str(Path(p).relative_to(root))
+    except ValueError:
+        return p
 
 
 def _short_path(p: str) -> str:

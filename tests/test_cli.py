@@ -37,7 +37,7 @@ def test_help_lists_the_commands():
         assert command in text
 
 
-@pytest.mark.parametrize("command", ["generate", "evaluate", "compare", "ablate"])
+@pytest.mark.parametrize("command", ["evaluate", "compare", "ablate"])
 def test_commands_of_later_issues_say_so_and_fail(command):
     assert_one_line_error(cli(command, "--recipe", "mxattention", check=False))
 

@@ -297,3 +297,16 @@ def test_non_finite_rejected(bad):
         mxfp4.quantize(x)
     with pytest.raises(ValueError, match="NaN or Inf"):
         mxfp4.fake_quantize(x, rule="ocp")
+
+
+@pytest.mark.parametrize("rule, q", [("ocp", 7.25), ("tfs", 7.25), ("uos", 7.25), ("uos", 6.5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_fake_quantize_equals_quantize_then_dequantize_bit_for_bit(rule, q, dtype):
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(3, 5, 77, generator=g, dtype=torch.float64) * torch.exp(3 * torch.randn(3, 5, 1, generator=g, dtype=torch.float64))).to(dtype)
+    x[0, 0, :40] = 0  # an all-zero block
+    for axis in (-1, 1):
+        fast = mxfp4.fake_quantize(x, rule=rule, q=q, axis=axis)
+        slow = mxfp4.quantize(x, rule=rule, q=q, axis=axis).dequantize()
+        assert fast.dtype == slow.dtype == dtype
+        assert torch.equal(fast, slow)

@@ -151,8 +151,17 @@ def quantize(
 def fake_quantize(
     x: torch.Tensor, *, rule: str = "uos", q: float = DEFAULT_Q, block: int | None = 32, axis: int = -1
 ) -> torch.Tensor:
-    """``quantize(x, ...).dequantize()``: x's shape and dtype, values on the MXFP4 grid."""
-    return quantize(x, rule=rule, q=q, block=block, axis=axis).dequantize()
+    """``quantize(x, ...).dequantize()``: x's shape and dtype, values on the MXFP4 grid.
+
+    Computed without materializing codes (the reference engine calls this on every softmax tile):
+    the same exponent and the same single RNE onto E2M1, times the same power of two, so the values
+    are bit-identical to the quantize/dequantize round trip (tests/test_formats_mxfp4.py checks it).
+    """
+    check_input(x)
+    layout = make_layout(x.shape, axis, block)
+    blocks = to_blocks(x.to(torch.float64), layout)
+    scale = e8m0.pow2(shared_exponent(blocks.abs().amax(dim=-1), rule=rule, q=q)).unsqueeze(-1)
+    return from_blocks(e2m1.round_to_e2m1(blocks / scale) * scale, layout).to(x.dtype)
 
 
 def _check_q(q: float) -> float:

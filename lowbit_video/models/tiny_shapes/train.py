@@ -175,10 +175,6 @@ class ClipPool:
 # ------------------------------------------------------------------------------- checkpoints
 
 
-def _rng_state(g: torch.Generator) -> torch.Tensor:
-    return g.get_state()
-
-
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(state, tmp)
@@ -327,7 +323,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, log: Callable[[str], None] 
     if start_step >= cfg.steps:
         log(f"nothing to do: checkpoint step {start_step} >= --steps {cfg.steps}")
 
-    pool = ClipPool(model, cfg, device, start_step, executor, workers)
+    try:
+        pool = ClipPool(model, cfg, device, start_step, executor, workers)
+    except BaseException:
+        if executor is not None:
+            executor.terminate()
+        raise
     log(f"data pool: {pool.n_slots * pool.chunk} clips rendered in {pool.init_seconds:.1f}s with "
         f"{pool.workers} workers; refresh one chunk every {cfg.refresh_every} steps")
 
@@ -392,7 +393,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, log: Callable[[str], None] 
             "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
             "ema": [e.detach().cpu() for e in ema],
             "optimizer": opt.state_dict(),
-            "rng": _rng_state(gen).cpu(),
+            "rng": gen.get_state().cpu(),
             "train_config": dataclasses.asdict(cfg),
             "history": history + [run_record(step, seconds_this_run)],
         }

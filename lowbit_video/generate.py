@@ -1,0 +1,532 @@
+"""`lowbit-video generate`: the grid of prompts x seeds x recipes, as paired, resumable runs.
+
+* **Grid.** Every (recipe, prompt, seed) is one run, stored at
+  `<out>/<model>/<recipe>/<prompt-slug>/seed-<s>/` (`runstore.run_dir`) with video.mp4 (H.264),
+  frames.png (frame strip), frames.npz (exact uint8 frames: the lossless source for metrics) and
+  meta.json (written last).
+* **Paired.** The model draws a seed's initial noise from that seed alone, so every recipe starts
+  from the same noise for the same seed; runs of one recipe differ from FP16's only by the recipe.
+* **Batches.** One `model.generate` call takes up to `batch` seeds of one prompt under one recipe
+  (default 1). Each run is written as soon as its call returns. One seed per call is the default
+  because a run's frames then depend on nothing but its own (model, recipe, prompt, seed, settings):
+  batched matmuls differ from unbatched ones in the last float bits (measured on tiny-shapes: 1.5e-6),
+  so with batching a resumed or enlarged grid could differ from a fresh one, and FP16-vs-FP16 pairs
+  from different commands could stop being bit-identical. On the 2-core CPU batching is not faster
+  (2 seeds in one call took 2.0x one seed); on a GPU, --batch N trades that exactness for speed.
+* **Resumable.** A run is complete iff its meta.json exists (`runstore.is_complete`); complete
+  runs are skipped (the model is not even loaded when nothing is left to do). An incomplete run
+  directory (an interrupted attempt) is cleaned (`runstore.reset_run_dir`) and generated again. A
+  complete run made with different settings (steps, guidance, size, recipe contents) is an error
+  rather than a silent skip: use another --out, or `overwrite=True` (--overwrite).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import __version__
+from . import runstore, video_io
+from .errors import UserError
+from .recipes import Recipe, load_recipe
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "tiny-shapes"
+DEFAULT_PROMPTS = "prompts/smoke.txt"
+DEFAULT_OUT = "runs"
+DEFAULT_RECIPES = ("fp16",)
+FPS = 8
+META_FORMAT = 1
+# Settings that must agree between a complete run on disk and the one asked for, for it to be skipped.
+REQUEST_KEYS = ("model", "recipe", "prompt", "seed", "steps", "guidance", "height", "width", "frames")
+
+
+@dataclass
+class GenerateConfig:
+    """What `lowbit-video generate` was asked for (None: the model's default)."""
+
+    model: str = DEFAULT_MODEL
+    recipes: Sequence[str] = DEFAULT_RECIPES
+    prompts: Sequence[str] | None = None         # --prompt TEXT ...; None: read prompts_file
+    prompts_file: str | None = None              # None: DEFAULT_PROMPTS
+    seeds: Sequence[int] = (0,)
+    steps: int | None = None
+    guidance: float | None = None
+    height: int | None = None
+    width: int | None = None
+    frames: int | None = None
+    out: str | os.PathLike = DEFAULT_OUT
+    model_path: str | None = None
+    device: str = "cpu"
+    batch: int | None = None                     # seeds per model call (None: 1; see the module doc)
+    capture_dir: str | None = None
+    capture_blocks: Sequence[int] | None = None
+    capture_steps: Sequence[int] | None = None
+    overwrite: bool = False
+    fps: int = FPS
+
+
+@dataclass
+class Run:
+    """One cell of the grid."""
+
+    dir: Path
+    model: str
+    recipe: Recipe
+    prompt: str
+    seed: int
+    status: str = "pending"   # pending -> done | skipped
+
+    def row(self) -> dict:
+        return {"dir": str(self.dir), "model": self.model, "recipe": self.recipe.name, "prompt": self.prompt,
+                "seed": self.seed, "status": self.status}
+
+
+class Reporter:
+    """Progress hooks (no-ops here; the CLI draws rich progress bars on stderr)."""
+
+    def planned(self, runs: list[Run], todo: int) -> None: ...
+    def loading(self, model: str) -> None: ...
+    def loaded(self, model: str, seconds: float) -> None: ...
+    def batch_started(self, recipe: str, prompt: str, seeds: list[int], steps: int) -> None: ...
+    def step(self, step: int, total: int) -> None: ...
+    def run_done(self, run: Run) -> None: ...
+
+
+@dataclass
+class Resolved:
+    """The fully resolved grid and settings."""
+
+    info: Any
+    recipes: list[Recipe]
+    prompts: list[str]
+    seeds: list[int]
+    steps: int
+    guidance: float
+    height: int
+    width: int
+    frames: int
+    runs: list[Run] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ resolving
+
+
+def _registry():
+    from .models import registry
+
+    return registry
+
+
+def is_tiny_shapes(info: Any) -> bool:
+    return getattr(info, "family", None) == "tiny-shapes" or getattr(info, "name", None) == "tiny-shapes"
+
+
+def resolve_prompts_file(path: str | os.PathLike | None) -> Path:
+    """The prompts file: as given (relative to the working directory), else relative to the project
+    root (so the default prompts/smoke.txt works from any directory)."""
+    p = Path(path if path is not None else DEFAULT_PROMPTS)
+    if p.is_file():
+        return p
+    if not p.is_absolute() and (PROJECT_ROOT / p).is_file():
+        return PROJECT_ROOT / p
+    raise UserError(f"prompts file {p}: no such file")
+
+
+def read_plain_prompts(path: Path) -> list[str]:
+    """One prompt per line; blank lines and '#' comments skipped (the format of prompts/*.txt)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"prompts file {path}: cannot read: {e}") from None
+    return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
+
+
+def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str | None) -> list[str]:
+    """Prompts in order, duplicates dropped. tiny-shapes prompts must parse in its grammar and are
+    canonicalised (parse_prompt's one-line message on a bad one)."""
+    tiny = is_tiny_shapes(info)
+    if prompts:
+        if tiny:
+            from .models.tiny_shapes.grammar import parse_prompt
+
+            try:
+                out = [parse_prompt(p).prompt for p in prompts]
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        else:
+            out = [p.strip() for p in prompts]
+            if any(not p for p in out):
+                raise UserError("--prompt: empty prompt")
+    else:
+        path = resolve_prompts_file(prompts_file)
+        if tiny:
+            from .models.tiny_shapes.grammar import read_prompts
+
+            try:
+                out = read_prompts(path)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        else:
+            out = read_plain_prompts(path)
+        if not out:
+            raise UserError(f"prompts file {path}: no prompts (one per line; '#' starts a comment)")
+    return list(OrderedDict.fromkeys(out))
+
+
+def resolve_recipes(names: Sequence[str]) -> list[Recipe]:
+    if not names:
+        names = DEFAULT_RECIPES
+    recipes = [load_recipe(n) for n in OrderedDict.fromkeys(names)]
+    seen: dict[str, str] = {}
+    for r in recipes:
+        if r.name in seen:
+            raise UserError(f"two recipes are both named {r.name!r} ({seen[r.name]} and {r.source}); "
+                            "their runs would share a folder")
+        seen[r.name] = r.source
+    return recipes
+
+
+def resolve_seeds(seeds: Sequence[int]) -> list[int]:
+    seeds = list(OrderedDict.fromkeys(int(s) for s in (seeds or [0])))
+    bad = [s for s in seeds if s < 0 or s >= 2**63]
+    if bad:
+        raise UserError(f"--seeds: seeds must be integers in [0, 2^63), got {bad[0]}")
+    return seeds
+
+
+def _positive(name: str, value: Any) -> None:
+    if value is not None and value <= 0:
+        raise UserError(f"--{name} must be positive, got {value}")
+
+
+def resolve(cfg: GenerateConfig) -> Resolved:
+    """Check everything that can be checked without loading the model; plan the grid."""
+    reg = _registry()
+    info = reg.get_model_info(cfg.model)  # UserError naming the known models
+    for name in ("steps", "height", "width", "frames", "batch"):
+        _positive(name, getattr(cfg, name))
+    if cfg.guidance is not None and not np.isfinite(cfg.guidance):
+        raise UserError(f"--guidance must be finite, got {cfg.guidance}")
+    if cfg.device not in ("cpu", "cuda") and not str(cfg.device).startswith("cuda:"):
+        raise UserError(f"--device must be cpu or cuda, got {cfg.device!r}")
+    if cfg.model_path is not None:
+        if not Path(cfg.model_path).exists():
+            raise UserError(f"--model-path {cfg.model_path}: no such directory "
+                            f"({info.name} loads a diffusers-format checkpoint folder from disk)")
+    elif getattr(info, "needs_path", False):
+        raise UserError(f"model {info.name} has no shipped weights: pass --model-path DIR "
+                        "(a diffusers-format checkpoint folder on disk)")
+    recipes = resolve_recipes(cfg.recipes)
+    prompts = resolve_prompts(info, cfg.prompts, cfg.prompts_file)
+    seeds = resolve_seeds(cfg.seeds)
+    res = Resolved(
+        info=info, recipes=recipes, prompts=prompts, seeds=seeds,
+        steps=int(cfg.steps or info.default_steps),
+        guidance=float(info.default_guidance if cfg.guidance is None else cfg.guidance),
+        height=int(cfg.height or info.default_height), width=int(cfg.width or info.default_width),
+        frames=int(cfg.frames or info.default_frames),
+    )
+    res.runs = [Run(runstore.run_dir(cfg.out, info.name, r.name, p, s), info.name, r, p, s)
+                for r in recipes for p in prompts for s in seeds]
+    return res
+
+
+def recipe_key(recipe: Recipe) -> dict:
+    """The recipe's contents without where it was read from (what makes two runs comparable)."""
+    d = recipe.to_dict()
+    d.pop("source", None)
+    return d
+
+
+def request_of(res: Resolved, run: Run) -> dict:
+    return {"model": run.model, "recipe": recipe_key(run.recipe), "prompt": run.prompt, "seed": run.seed,
+            "steps": res.steps, "guidance": res.guidance, "height": res.height, "width": res.width,
+            "frames": res.frames}
+
+
+def _mismatch(old: dict, new: dict) -> str | None:
+    new = json.loads(json.dumps(_jsonable(new)))  # compare as stored (tuples -> lists)
+    for key in REQUEST_KEYS:
+        if key in old and old[key] != new[key]:
+            if key == "recipe":
+                return "the recipe's contents differ"
+            return f"{key} {old[key]!r} != {new[key]!r}"
+    return None
+
+
+# ------------------------------------------------------------------------------------- provenance
+
+
+def git_revision(root: Path = PROJECT_ROOT) -> str | None:
+    """The checked-out commit, read from .git without running git; None when not a git checkout or
+    unreadable (never raises)."""
+    try:
+        git = root / ".git"
+        if git.is_file():  # worktree or submodule: "gitdir: <path>"
+            text = git.read_text().strip()
+            if not text.startswith("gitdir:"):
+                return None
+            git = (root / text.split(":", 1)[1].strip()).resolve()
+        if not git.is_dir():
+            return None
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head or None
+        ref = head.split(":", 1)[1].strip()
+        common = git
+        if (git / "commondir").is_file():
+            common = (git / (git / "commondir").read_text().strip()).resolve()
+        for base in (git, common):
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip() or None
+        for base in (git, common):
+            packed = base / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    parts = line.split()
+                    if len(parts) == 2 and parts[1] == ref:
+                        return parts[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict:
+    import torch
+
+    return {"lowbit_video": __version__, "torch": torch.__version__, "diffusers": _dist_version("diffusers"),
+            "numpy": np.__version__, "imageio_ffmpeg": _dist_version("imageio-ffmpeg"),
+            "python": platform.python_version()}
+
+
+def _jsonable(obj: Any) -> Any:
+    """describe() output and friends as plain JSON (sets -> sorted lists, paths/dtypes -> str, NaN -> None)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [_jsonable(v) for v in sorted(obj, key=repr)]
+    if isinstance(obj, (bool, int, str)) or obj is None:
+        return obj
+    if isinstance(obj, float):
+        return obj if np.isfinite(obj) else None
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable(dataclasses.asdict(obj))
+    return str(obj)
+
+
+# ---------------------------------------------------------------------------------------- running
+
+
+def _capture_spec(cfg: GenerateConfig, run: Run):
+    """CaptureSpec for one run (captures of a run go to <capture>/<model>/<recipe>/<slug>/seed-<s>)."""
+    if not cfg.capture_dir:
+        return None
+    from .models.capture import CaptureSpec
+
+    d = runstore.run_dir(cfg.capture_dir, run.model, run.recipe.name, run.prompt, run.seed)
+    return CaptureSpec(dir=d, blocks=set(cfg.capture_blocks) if cfg.capture_blocks else None,
+                       steps=set(cfg.capture_steps) if cfg.capture_steps else None)
+
+
+def write_run(run: Run, clip: np.ndarray, *, meta: dict) -> dict:
+    """Write one run's files (frames.npz, video.mp4, frames.png) atomically, then meta.json last.
+    Returns the meta written."""
+    t0 = time.perf_counter()
+    u8 = video_io.to_uint8(clip)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    video_io.write_frames_npz(u8, run.dir / "frames.npz")
+    video = video_io.write_mp4(u8, run.dir / "video.mp4", fps=meta.get("fps", FPS))
+    strip = video_io.write_frame_strip(u8, run.dir / "frames.png")
+    meta = dict(meta)
+    meta["frames_sha256"] = video_io.frames_sha256(u8)
+    meta["frames_shape"] = list(u8.shape)
+    meta["files"] = {"video": "video.mp4", "strip": "frames.png", "frames": "frames.npz"}
+    meta["outputs"] = {
+        "frames.npz": "exact uint8 frames (T, H, W, 3), key 'frames', lossless: metrics read this",
+        "video.mp4": {**video, "note": f"H.264 is lossy; frames upscaled x{video['scale']} (nearest) for the mp4 only"},
+        "frames.png": {**strip, "note": "frames side by side, nearest-upscaled; lossless PNG"},
+    }
+    meta["timings"] = {**meta.get("timings", {}), "write_s": round(time.perf_counter() - t0, 4)}
+    meta["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    runstore.atomic_write_json(run.dir / runstore.META_NAME, _jsonable(meta))
+    return meta
+
+
+def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: Any = None) -> dict:
+    """Run the grid. Returns {"runs": [{dir, model, recipe, prompt, seed, status}], "generated", "skipped"}.
+
+    `model`: an already loaded model (tests); default: `registry.load_model` when there is work."""
+    rep = reporter or Reporter()
+    res = resolve(cfg)
+    todo: list[Run] = []
+    for run in res.runs:
+        if not cfg.overwrite and runstore.is_complete(run.dir):
+            old = (runstore.read_meta(run.dir) or {}).get("request", {})
+            why = _mismatch(old, request_of(res, run))
+            if why:
+                raise UserError(f"{run.dir} already holds a complete run made with other settings ({why}); "
+                                "use another --out, or --overwrite to replace it")
+            run.status = "skipped"
+        else:
+            todo.append(run)
+    rep.planned(res.runs, len(todo))
+
+    if todo:
+        load_s = 0.0
+        if model is None:
+            rep.loading(res.info.name)
+            t0 = time.perf_counter()
+            model = _registry().load_model(res.info.name, path=cfg.model_path, device=cfg.device)
+            load_s = time.perf_counter() - t0
+            rep.loaded(res.info.name, load_s)
+        described = _jsonable(model.describe()) if hasattr(model, "describe") else {}
+        base_meta = {
+            "format": "lowbit-video run", "format_version": META_FORMAT,
+            "model": {"name": res.info.name, "family": getattr(res.info, "family", None),
+                      "path": str(Path(cfg.model_path).resolve()) if cfg.model_path else None,
+                      "weights": getattr(res.info, "weights", None), "describe": described},
+            "steps": res.steps, "guidance": res.guidance,
+            "size": {"height": res.height, "width": res.width, "frames": res.frames}, "fps": cfg.fps,
+            "device": cfg.device, "versions": versions(), "git_revision": git_revision(),
+            "argv": list(sys.argv),
+        }
+        # batches: todo runs of one (recipe, prompt), at most `batch` seeds each; with captures on,
+        # one seed per call so each run's captures have their own folder
+        size = 1 if cfg.capture_dir else (cfg.batch or 1)
+        groups: "OrderedDict[tuple[str, str], list[Run]]" = OrderedDict()
+        for run in todo:
+            groups.setdefault((run.recipe.name, run.prompt), []).append(run)
+        for runs in groups.values():
+            for i in range(0, len(runs), size):
+                chunk = runs[i: i + size]
+                _run_batch(model, res, cfg, chunk, rep, base_meta, load_s)
+
+    return {"runs": [r.row() for r in res.runs], "generated": sum(r.status == "done" for r in res.runs),
+            "skipped": sum(r.status == "skipped" for r in res.runs)}
+
+
+def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep: Reporter,
+               base_meta: dict, load_s: float) -> None:
+    recipe, prompt = chunk[0].recipe, chunk[0].prompt
+    seeds = [r.seed for r in chunk]
+    for run in chunk:
+        runstore.reset_run_dir(run.dir)
+    rep.batch_started(recipe.name, prompt, seeds, res.steps)
+    capture = _capture_spec(cfg, chunk[0])
+    t0 = time.perf_counter()
+    try:
+        clips = model.generate([prompt] * len(chunk), seeds, recipe=recipe, steps=res.steps, guidance=res.guidance,
+                               height=res.height, width=res.width, frames=res.frames, progress=rep.step,
+                               capture=capture)
+    except ValueError as e:  # e.g. a prompt or size the model cannot take: one line
+        raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    sample_s = time.perf_counter() - t0
+    clips = np.asarray(clips)
+    if clips.ndim != 5 or clips.shape[0] != len(chunk) or clips.shape[-1] != 3:
+        raise RuntimeError(f"model returned frames of shape {clips.shape}, expected ({len(chunk)}, T, H, W, 3)")
+    rd = recipe.to_dict()
+    # attention calls of this model call by precision (quantized / high / fallback), when the model says
+    calls = getattr(model, "last_run", None)
+    for run, clip in zip(chunk, clips):
+        meta = {
+            **base_meta,
+            "recipe": rd, "policy": rd.get("policy"),
+            "prompt": run.prompt, "prompt_slug": run.dir.parent.name, "seed": run.seed,
+            "request": request_of(res, run),
+            "attention_calls": _jsonable(calls) if isinstance(calls, dict) else None,
+            "capture": None if capture is None else {"dir": str(capture.dir), "blocks": capture.blocks,
+                                                     "steps": capture.steps},
+            "timings": {"load_s": round(load_s, 4), "sample_s": round(sample_s / len(chunk), 4),
+                        "sample_batch_s": round(sample_s, 4), "batch_size": len(chunk)},
+        }
+        write_run(run, clip, meta=meta)
+        run.status = "done"
+        rep.run_done(run)
+
+
+# ------------------------------------------------------------------------------------- adherence
+
+
+def adherence(paths: Sequence[str | os.PathLike]) -> dict:
+    """Prompt adherence of tiny-shapes runs at or under `paths` (run dirs or folders above them).
+
+    Frames come from frames.npz (lossless), else a complete frames.png strip, else video.mp4 (decoded,
+    H.264 artefacts included). Returns {"color_accuracy", "motion_accuracy", "shape_accuracy", "n",
+    "runs", "skipped": [{"dir", "reason"}]}; accuracies are fractions over the scored runs."""
+    from .models.tiny_shapes.adherence import score_clip
+
+    runs: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise UserError(f"{p}: no such file or directory")
+        found = list(runstore.iter_runs(p))
+        if not found:
+            raise UserError(f"{p}: no complete runs (a run directory holds meta.json)")
+        runs.extend(found)
+    runs = list(OrderedDict.fromkeys(r.resolve() for r in runs))
+    scores, skipped = [], []
+    for run in runs:
+        meta = runstore.read_meta(run) or {}
+        model = meta.get("model", {})
+        family = model.get("family") if isinstance(model, dict) else None
+        name = model.get("name") if isinstance(model, dict) else model
+        if "tiny-shapes" not in (family, name):
+            skipped.append({"dir": str(run), "reason": f"model {name!r} is not tiny-shapes"})
+            continue
+        try:
+            frames, source = load_run_frames(run)
+            s = score_clip(frames, meta["prompt"])
+        except (KeyError, ValueError, OSError) as e:
+            skipped.append({"dir": str(run), "reason": f"unreadable: {e}"})
+            continue
+        if s is None:
+            skipped.append({"dir": str(run), "reason": "two-object prompt (not scored)"})
+            continue
+        scores.append(s)
+    n = len(scores)
+
+    def acc(key: str) -> float | None:
+        return sum(bool(s[key]) for s in scores) / n if n else None
+
+    return {"color_accuracy": acc("color_ok"), "motion_accuracy": acc("motion_ok"),
+            "shape_accuracy": acc("shape_ok"), "n": n, "runs": len(runs), "skipped": skipped}
+
+
+def load_run_frames(run: str | os.PathLike) -> tuple[np.ndarray, str]:
+    """(uint8 frames (T, H, W, 3), source file name) of a run, lossless first."""
+    run = Path(run)
+    if (run / "frames.npz").is_file():
+        return video_io.read_frames_npz(run / "frames.npz"), "frames.npz"
+    if (run / "frames.png").is_file() and video_io.strip_is_complete(run / "frames.png"):
+        return video_io.read_frame_strip(run / "frames.png"), "frames.png"
+    if (run / "video.mp4").is_file():
+        meta = runstore.read_meta(run) or {}
+        scale = ((meta.get("outputs") or {}).get("video.mp4") or {}).get("scale", 1)
+        return video_io.read_mp4(run / "video.mp4", downscale=int(scale)), "video.mp4"
+    raise FileNotFoundError(f"{run}: no frames.npz, frames.png or video.mp4")

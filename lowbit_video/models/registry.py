@@ -1,0 +1,266 @@
+"""The models `lowbit-video generate` can run, and the one interface they share.
+
+    info = get_model_info("wan2.1-t2v-1.3b")
+    model = load_model("wan2.1-t2v-1.3b", path="/ckpt/Wan2.1-T2V-1.3B-Diffusers", device="cuda")
+    video = model.generate(["a cat"], [0], recipe=load_recipe("mxattention"))   # (1, T, H, W, 3) in [0, 1]
+
+* `tiny-shapes` is shipped with the package; the real models load a diffusers-format folder the
+  user keeps on disk (`path`), offline. Nothing is ever downloaded.
+* `VideoModel.generate` installs the recipe's attention processors for the call (processors.py,
+  injection.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
+  (capture.py), and restores the model's processors afterwards.
+* Paired noise: the initial noise of a seed is drawn on a CPU `torch.Generator` seeded with it,
+  so every recipe (and device) starts from the same noise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..recipes import Recipe, load_recipe
+from .capture import CaptureSpec, CaptureWriter
+from .steps import StepTracker
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # "tiny-shapes", "wan2.1-t2v-1.3b", ...
+    family: str  # "tiny-shapes" | "wan" | "hunyuanvideo"
+    description: str
+    weights: str  # where the weights come from
+    needs_path: bool
+    default_steps: int
+    default_guidance: float
+    default_height: int
+    default_width: int
+    default_frames: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FOLDER = "a diffusers-format folder you pass with --model-path"
+
+# Defaults follow each model's documented inference settings (the authors' READMEs / diffusers docs).
+_REAL_MODELS = (
+    ModelInfo("wan2.1-t2v-1.3b", "wan", "Wan2.1 text-to-video 1.3B (WanPipeline; 30 blocks, 12 heads x 128)",
+              _FOLDER, True, 50, 5.0, 480, 832, 81),
+    ModelInfo("wan2.1-t2v-14b", "wan", "Wan2.1 text-to-video 14B (WanPipeline; 40 blocks, 40 heads x 128)",
+              _FOLDER, True, 50, 5.0, 720, 1280, 81),
+    ModelInfo("wan2.2-t2v-a14b", "wan",
+              "Wan2.2 text-to-video A14B, two experts (WanPipeline with transformer_2; 40 blocks each)",
+              _FOLDER, True, 40, 4.0, 720, 1280, 81),
+    ModelInfo("wan2.2-ti2v-5b", "wan", "Wan2.2 text/image-to-video 5B, text-to-video mode (WanPipeline; 30 blocks, "
+              "24 heads x 128)", _FOLDER, True, 50, 5.0, 704, 1280, 121),
+    ModelInfo("hunyuanvideo", "hunyuanvideo", "HunyuanVideo 13B text-to-video (HunyuanVideoPipeline; 20 dual- + 40 "
+              "single-stream blocks, 24 heads x 128)", _FOLDER, True, 50, 6.0, 720, 1280, 129),
+)
+
+
+def _tiny_shapes_info() -> ModelInfo:
+    from .tiny_shapes.model import WEIGHTS_DIR, default_config
+
+    cfg = default_config()
+    cfg_file = WEIGHTS_DIR / "config.json"
+    if cfg_file.is_file():
+        try:
+            cfg = {**cfg, **json.loads(cfg_file.read_text())}
+        except (json.JSONDecodeError, OSError):
+            pass
+    rel = "lowbit_video/models/tiny_shapes/weights"
+    return ModelInfo(
+        "tiny-shapes", "tiny-shapes",
+        "tiny text-to-video model trained on coloured moving shapes (WanTransformer3DModel in pixel space, "
+        "learned text encoder over the prompt grammar)",
+        f"shipped with the package ({rel})", False,
+        int(cfg.get("default_steps", 20)), float(cfg.get("default_guidance", 1.0)),
+        int(cfg["size"]), int(cfg["size"]), int(cfg["frames"]),
+    )
+
+
+def list_models() -> list[ModelInfo]:
+    return [_tiny_shapes_info(), *_REAL_MODELS]
+
+
+def get_model_info(name: str) -> ModelInfo:
+    for info in list_models():
+        if info.name == name:
+            return info
+    raise UserError(f"unknown model {name!r}; known models: {', '.join(i.name for i in list_models())}")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"unknown device {device!r}; use cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {device} requested but torch sees no CUDA device")
+    return dev
+
+
+def load_model(name: str, *, path: str | None = None, device: str = "cpu",
+               dtype: torch.dtype | None = None) -> "VideoModel":
+    """Load `name` (a ModelInfo.name) onto `device`; `path` is the checkpoint folder of real models
+    (tiny-shapes: optional, default the shipped weights). Path problems raise a one-line UserError."""
+    info = get_model_info(name)
+    dev = resolve_device(device)
+    if info.needs_path and not path:
+        raise UserError(f"{name}: pass --model-path DIR, a diffusers-format folder of {name} (weights are never "
+                        "downloaded)")
+    if info.family == "tiny-shapes":
+        from .tiny_shapes_adapter import TinyShapesVideoModel
+
+        return TinyShapesVideoModel.load(info, path=path, device=dev, dtype=dtype)
+    if info.family == "wan":
+        from .wan import WanVideoModel
+
+        return WanVideoModel.load(info, path=path, device=dev, dtype=dtype)
+    from .hunyuan import HunyuanVideoModel
+
+    return HunyuanVideoModel.load(info, path=path, device=dev, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved sampling settings of one generate call."""
+
+    steps: int
+    guidance: float
+    height: int
+    width: int
+    frames: int
+
+
+class VideoModel:
+    """A loaded model of one family. Subclasses provide `_transformers`, `_schedulers`, `_sample`."""
+
+    info: ModelInfo
+    device: torch.device
+    dtype: torch.dtype
+
+    def __init__(self, info: ModelInfo, *, device: torch.device, dtype: torch.dtype, path: str | None = None):
+        self.info = info
+        self.device = device
+        self.dtype = dtype
+        self.path = path
+        self.last_run: dict[str, Any] | None = None  # attention-call counts of the last generate
+
+    # -- public
+
+    def generate(self, prompts: list[str], seeds: list[int], *, recipe: Recipe, steps: int | None = None,
+                 guidance: float | None = None, height: int | None = None, width: int | None = None,
+                 frames: int | None = None, progress: Callable[[int, int], None] | None = None,
+                 capture: CaptureSpec | None = None) -> np.ndarray:
+        """One clip per (prompt, seed) pair: float32 (n, frames, height, width, 3) in [0, 1].
+
+        `progress(done, total)` is called after every denoising step (total = steps x sampling
+        loops of this call). `capture` saves post-RoPE Q/K/V (capture.py)."""
+        prompts, seeds = list(prompts), [int(s) for s in seeds]
+        if len(prompts) != len(seeds):
+            raise UserError(f"{len(prompts)} prompts but {len(seeds)} seeds; pass one seed per prompt")
+        recipe = load_recipe(recipe)
+        s = self.resolve_settings(steps=steps, guidance=guidance, height=height, width=width, frames=frames)
+        if not prompts:
+            return np.zeros((0, s.frames, s.height, s.width, 3), np.float32)
+        tracker = StepTracker(on_step=progress)
+        tracker.steps_total = s.steps * self._loops(len(prompts))
+        writer = None
+        if capture is not None:
+            writer = CaptureWriter(capture, {"model": self.info.name, "recipe": recipe.name})
+            writer.prompts, writer.seeds = prompts, seeds
+        schedulers = self._schedulers()
+        from .injection import injected
+
+        with torch.no_grad(), injected(self._transformers(), recipe, schedulers=schedulers, tracker=tracker,
+                                       capture=writer) as ctx:
+            video = self._sample(prompts, seeds, s, ctx, schedulers)
+        self.last_run = ctx.summary()
+        video = np.asarray(video, dtype=np.float32)
+        return np.clip(video, 0.0, 1.0)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description: model, classes, config essentials, blocks, device, dtype."""
+        from .injection import num_blocks, rope_segments
+
+        out: dict[str, Any] = {"model": self.info.name, "family": self.info.family, "path": self.path,
+                               "device": str(self.device), "dtype": str(self.dtype).replace("torch.", "")}
+        experts = {}
+        for name, t in self._transformers():
+            if t is None:
+                continue
+            cfg = t.config
+            experts[name] = {
+                "class": type(t).__name__, "num_blocks": num_blocks(t),
+                "num_attention_heads": int(cfg.num_attention_heads), "attention_head_dim": int(cfg.attention_head_dim),
+                "patch_size": _jsonable(getattr(cfg, "patch_size", None)), "in_channels": int(cfg.in_channels),
+                "rope_segments": list(rope_segments(t)),
+            }
+        out["transformers"] = experts
+        out["num_blocks"] = next(iter(experts.values()))["num_blocks"] if experts else 0
+        out.update(self._describe_extra())
+        return out
+
+    def resolve_settings(self, *, steps=None, guidance=None, height=None, width=None, frames=None) -> Settings:
+        i = self.info
+        s = Settings(int(i.default_steps if steps is None else steps),
+                     float(i.default_guidance if guidance is None else guidance),
+                     int(i.default_height if height is None else height),
+                     int(i.default_width if width is None else width),
+                     int(i.default_frames if frames is None else frames))
+        if s.steps < 1:
+            raise UserError(f"steps must be >= 1, got {s.steps}")
+        if not s.guidance >= 0:
+            raise UserError(f"guidance must be >= 0, got {s.guidance}")
+        for name in ("height", "width", "frames"):
+            if getattr(s, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(s, name)}")
+        self._check_settings(s)
+        return s
+
+    # -- for subclasses
+
+    def _transformers(self) -> list[tuple[str, torch.nn.Module | None]]:
+        raise NotImplementedError
+
+    def _schedulers(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _sample(self, prompts: list[str], seeds: list[int], s: Settings, ctx, schedulers: list[Any]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _loops(self, n_prompts: int) -> int:
+        """Sampling loops (set_timesteps calls) per generate call of n prompts."""
+        return n_prompts
+
+    def _check_settings(self, s: Settings) -> None:
+        pass
+
+    def _describe_extra(self) -> dict[str, Any]:
+        return {}
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def pipeline_dtype(dtype: torch.dtype | None, device: torch.device) -> torch.dtype:
+    """Default compute dtype of the real models: bfloat16 (their training dtype) on every device."""
+    return dtype if dtype is not None else torch.bfloat16
+
+
+def cpu_noise(shape: Sequence[int], seed: int) -> torch.Tensor:
+    """float32 standard normal noise of `shape` from a CPU generator seeded with `seed`."""
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    return torch.randn(tuple(shape), generator=g, dtype=torch.float32)
+
+
+__all__ = ["ModelInfo", "Settings", "VideoModel", "cpu_noise", "get_model_info", "list_models", "load_model"]

@@ -1,0 +1,265 @@
+"""generate: the grid, paired runs, resume and atomicity, adherence; with a small fake VideoModel
+(deterministic renders of the tiny-shapes generator) so these tests need no weights and run fast.
+The real shipped model is exercised end to end in test_generate_cli.py."""
+
+import dataclasses
+import json
+import types
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from lowbit_video import generate as gen
+from lowbit_video import runstore, video_io
+from lowbit_video.cli import app
+from lowbit_video.errors import UserError
+from lowbit_video.models.tiny_shapes.clips import render_clip
+
+PROMPTS = ["a red circle moving right on a black background", "an orange square growing on a gray background"]
+
+
+@dataclasses.dataclass
+class Info:
+    name: str
+    family: str
+    description: str = "fake"
+    weights: str = "none"
+    needs_path: bool = False
+    default_steps: int = 3
+    default_guidance: float = 1.0
+    default_height: int = 32
+    default_width: int = 32
+    default_frames: int = 8
+
+
+class FakeModel:
+    """Renders the prompt's clip with seed-dependent placement; non-fp16 recipes add a small
+    seed-determined perturbation (so recipes differ, and a seed pairs runs across recipes)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, seeds, *, recipe, steps, guidance, height, width, frames, progress=None, capture=None):
+        self.calls.append((recipe.name, list(prompts), list(seeds)))
+        out = []
+        for p, s in zip(prompts, seeds):
+            clip = render_clip(p, seed=s, frames=frames, size=height)
+            if recipe.name != "fp16":
+                clip = np.clip(clip + 0.01 * np.random.default_rng(s).standard_normal(clip.shape), 0, 1)
+            out.append(clip)
+        for i in range(steps):
+            if progress:
+                progress(i, steps)
+        return np.stack(out).astype(np.float32)
+
+    def describe(self):
+        return {"kind": "fake", "blocks": {1, 2}}
+
+
+class FakeRegistry:
+    def __init__(self):
+        self.infos = {"tiny-shapes": Info("tiny-shapes", "tiny-shapes"),
+                      "wan-fake": Info("wan-fake", "wan", needs_path=True)}
+        self.loads = 0
+        self.model = FakeModel()
+
+    def list_models(self):
+        return list(self.infos.values())
+
+    def get_model_info(self, name):
+        if name not in self.infos:
+            raise UserError(f"unknown model {name!r}; known models: {', '.join(self.infos)}")
+        return self.infos[name]
+
+    def load_model(self, name, path=None, device="cpu", dtype=None):
+        self.loads += 1
+        return self.model
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    reg = FakeRegistry()
+    monkeypatch.setattr(gen, "_registry", lambda: reg)
+    return reg
+
+
+def cfg(out, **kw):
+    kw.setdefault("prompts", PROMPTS)
+    kw.setdefault("recipes", ["fp16", "mxattention"])
+    kw.setdefault("seeds", [0, 1])
+    return gen.GenerateConfig(out=out, **kw)
+
+
+def shas(result):
+    return {(r["recipe"], r["prompt"], r["seed"]): runstore.read_meta(r["dir"])["frames_sha256"] for r in result["runs"]}
+
+
+def test_grid_writes_every_run_with_full_meta(fake, tmp_path):
+    res = gen.generate(cfg(tmp_path))
+    assert (res["generated"], res["skipped"]) == (8, 0) and len(res["runs"]) == 8
+    assert {r["status"] for r in res["runs"]} == {"done"}
+    assert fake.loads == 1
+    # one seed per call by default, recipe by recipe
+    assert [(c[0], c[2]) for c in fake.model.calls] == [("fp16", [0]), ("fp16", [1])] * 2 + [("mxattention", [0]), ("mxattention", [1])] * 2
+    r = res["runs"][0]
+    d = tmp_path / "tiny-shapes" / "fp16" / runstore.prompt_slug(PROMPTS[0]) / "seed-0"
+    assert r["dir"] == str(d)
+    assert sorted(p.name for p in d.iterdir()) == ["frames.npz", "frames.png", "meta.json", "video.mp4"]
+    meta = runstore.read_meta(d)
+    assert meta["prompt"] == PROMPTS[0] and meta["seed"] == 0 and meta["steps"] == 3 and meta["device"] == "cpu"
+    assert meta["recipe"]["name"] == "fp16" and meta["policy"] == meta["recipe"]["policy"]
+    assert meta["model"]["name"] == "tiny-shapes" and meta["model"]["describe"] == {"kind": "fake", "blocks": [1, 2]}
+    assert meta["size"] == {"height": 32, "width": 32, "frames": 8}
+    assert set(meta["timings"]) >= {"load_s", "sample_s", "write_s"}
+    assert {"lowbit_video", "torch", "diffusers"} <= set(meta["versions"])
+    assert "git_revision" in meta and meta["created"]
+    assert "lossless" in meta["outputs"]["frames.npz"]
+    frames = video_io.read_frames_npz(d / "frames.npz")
+    assert meta["frames_sha256"] == video_io.frames_sha256(frames) and meta["frames_shape"] == [8, 32, 32, 3]
+
+
+def test_batches_hold_seeds_of_one_prompt_and_recipe(fake, tmp_path):
+    res = gen.generate(cfg(tmp_path, seeds=[0, 1, 2], batch=2))
+    assert [(c[0], c[2]) for c in fake.model.calls] == [("fp16", [0, 1]), ("fp16", [2])] * 2 + [("mxattention", [0, 1]), ("mxattention", [2])] * 2
+    meta = runstore.read_meta(res["runs"][0]["dir"])
+    assert meta["timings"]["batch_size"] == 2
+    assert shas(res) == shas(gen.generate(cfg(tmp_path / "b1", seeds=[0, 1, 2])))  # the fake is batch-invariant
+
+
+def test_rerun_skips_everything_without_loading(fake, tmp_path):
+    gen.generate(cfg(tmp_path))
+    fake.loads = 0
+    res = gen.generate(cfg(tmp_path))
+    assert (res["generated"], res["skipped"]) == (0, 8) and fake.loads == 0
+    # a larger grid only generates what is new
+    res = gen.generate(cfg(tmp_path, seeds=[0, 1, 2]))
+    assert (res["generated"], res["skipped"]) == (4, 8)
+
+
+def test_paired_and_deterministic(fake, tmp_path):
+    a = shas(gen.generate(cfg(tmp_path / "a")))
+    b = shas(gen.generate(cfg(tmp_path / "b")))
+    assert a == b
+    for p in PROMPTS:
+        assert a[("fp16", p, 0)] != a[("mxattention", p, 0)]
+        assert a[("fp16", p, 0)] != a[("fp16", p, 1)]
+
+
+def test_interrupted_write_is_not_complete_and_is_redone(fake, tmp_path, monkeypatch):
+    real = video_io.write_frame_strip
+    calls = {"n": 0}
+
+    def dying(frames, path, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:  # Ctrl-C while the second run writes its strip
+            open(runstore.temp_name(path), "wb").close()  # as if killed mid-write
+            raise KeyboardInterrupt
+        return real(frames, path, **kw)
+
+    monkeypatch.setattr(video_io, "write_frame_strip", dying)
+    with pytest.raises(KeyboardInterrupt):
+        gen.generate(cfg(tmp_path, recipes=["fp16"], prompts=PROMPTS[:1]))
+    d0, d1 = (runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[0], s) for s in (0, 1))
+    assert runstore.is_complete(d0) and not runstore.is_complete(d1)
+    assert (d1 / "video.mp4").exists() and not (d1 / "meta.json").exists()
+    monkeypatch.setattr(video_io, "write_frame_strip", real)
+    res = gen.generate(cfg(tmp_path, recipes=["fp16"], prompts=PROMPTS[:1]))
+    assert [r["status"] for r in res["runs"]] == ["skipped", "done"]
+    assert runstore.is_complete(d1) and not [p for p in d1.iterdir() if runstore.is_temp(p)]
+    fresh = gen.generate(cfg(tmp_path / "fresh", recipes=["fp16"], prompts=PROMPTS[:1]))
+    assert shas(fresh) == shas(res)  # the resumed run is the run a fresh command makes
+
+
+def test_other_settings_are_an_error_not_a_skip(fake, tmp_path):
+    gen.generate(cfg(tmp_path, seeds=[0], recipes=["fp16"]))
+    with pytest.raises(UserError, match="other settings.*steps 3 != 5"):
+        gen.generate(cfg(tmp_path, seeds=[0], recipes=["fp16"], steps=5))
+    res = gen.generate(cfg(tmp_path, seeds=[0], recipes=["fp16"], steps=5, overwrite=True))
+    assert res["generated"] == 2 and runstore.read_meta(res["runs"][0]["dir"])["steps"] == 5
+
+
+def test_bad_inputs_are_user_errors(fake, tmp_path):
+    bad = [
+        (dict(recipes=["no-such-recipe"]), "unknown recipe"),
+        (dict(prompts=["a purple circle moving left on a black background"]), "unknown word 'purple'"),
+        (dict(prompts=None, prompts_file=str(tmp_path / "nope.txt")), "no such file"),
+        (dict(model="no-such-model"), "unknown model"),
+        (dict(model="wan-fake"), "--model-path"),
+        (dict(model="wan-fake", model_path="/nonexistent"), "/nonexistent"),
+        (dict(seeds=[-1]), "--seeds"),
+        (dict(steps=0), "--steps"),
+    ]
+    for kw, msg in bad:
+        with pytest.raises(UserError, match=msg):
+            gen.generate(cfg(tmp_path, **kw))
+    assert fake.loads == 0 and not any(tmp_path.iterdir())
+
+
+def test_prompt_file_errors_name_the_line(fake, tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("# header\na red circle moving left on a black background\na red blob\n")
+    with pytest.raises(UserError, match=r"p.txt:3: .*'blob'"):
+        gen.generate(cfg(tmp_path, prompts=None, prompts_file=str(f)))
+
+
+# ------------------------------------------------------------------------------ CLI (in-process)
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_cli_json_shape_and_greedy_lists(fake, tmp_path):
+    out = str(tmp_path / "D")
+    res = invoke("generate", "--recipe", "fp16", "mxattention", "--prompt", PROMPTS[0], "--seeds", "0", "1",
+                 "--out", out, "--json")
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert set(data) == {"runs", "generated", "skipped"} and data["generated"] == 4
+    assert set(data["runs"][0]) == {"dir", "model", "recipe", "prompt", "seed", "status"}
+    assert [(r["recipe"], r["seed"]) for r in data["runs"]] == [("fp16", 0), ("fp16", 1), ("mxattention", 0), ("mxattention", 1)]
+    again = invoke("generate", "-r", "fp16", "-r", "mxattention", "--prompt", PROMPTS[0], "--seeds", "0", "--seeds", "1",
+                   "--out", out)
+    assert again.exit_code == 0 and "4 runs already complete" in again.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--recipe", "nope"], "unknown recipe"),
+    (["--prompts", "/nonexistent/p.txt"], "no such file"),
+    (["--prompt", "a red blob"], "unknown word 'blob'"),
+    (["--prompts", "prompts/smoke.txt", "--prompt", PROMPTS[0]], "not both"),
+    (["--model", "wan-fake", "--model-path", "/nonexistent"], "/nonexistent"),
+])
+def test_cli_errors_are_one_line(fake, tmp_path, args, msg):
+    res = invoke("generate", *args, "--out", str(tmp_path))
+    assert res.exit_code == 2
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and msg in lines[0], res.stderr
+
+
+def test_adherence_reads_lossless_frames_and_walks_folders(fake, tmp_path):
+    gen.generate(cfg(tmp_path, recipes=["fp16"], seeds=[0, 1]))
+    res = gen.adherence([tmp_path])
+    assert res["n"] == 4 and res["color_accuracy"] == res["motion_accuracy"] == res["shape_accuracy"] == 1.0
+    # falls back to the PNG strip (exact) and to the mp4 (decoded) when frames.npz is missing
+    run = runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[0], 0)
+    (run / "frames.npz").unlink()
+    frames, source = gen.load_run_frames(run)
+    assert source == "frames.png" and runstore.read_meta(run)["frames_sha256"] == video_io.frames_sha256(frames)
+    (run / "frames.png").unlink()
+    frames, source = gen.load_run_frames(run)
+    assert source == "video.mp4" and frames.shape == (8, 32, 32, 3)
+    # other models' runs are skipped with a note; JSON shape
+    other = tmp_path / "wan" / "r" / "p" / "seed-0"
+    other.mkdir(parents=True)
+    runstore.atomic_write_json(other / "meta.json", {"model": {"name": "wan2.1-t2v-1.3b", "family": "wan"}, "prompt": "x"})
+    cli = invoke("adherence", str(tmp_path / "tiny-shapes"), str(other), "--json")
+    assert cli.exit_code == 0, cli.stderr
+    data = json.loads(cli.stdout)
+    assert {"color_accuracy", "motion_accuracy", "shape_accuracy", "n"} <= set(data) and data["skipped"] == 1
+    assert "not tiny-shapes" in cli.stderr
+    none = invoke("adherence", str(other))
+    assert none.exit_code == 2 and none.stderr.count("error:") == 1

@@ -1,0 +1,236 @@
+"""Recipe processors inside diffusers' Wan and HunyuanVideo transformers (tiny random weights)."""
+
+import dataclasses
+import inspect
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+
+from diffusers import HunyuanVideoTransformer3DModel, WanTransformer3DModel  # noqa: E402
+from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideoAttnProcessor2_0  # noqa: E402
+from diffusers.models.transformers.transformer_wan import WanAttnProcessor  # noqa: E402
+
+from lowbit_video.errors import UserError  # noqa: E402
+from lowbit_video.models.injection import attention_modules, injected  # noqa: E402
+from lowbit_video.models.processors import (HunyuanVideoRecipeProcessor, WanRecipeProcessor,  # noqa: E402
+                                            key_padding)
+from lowbit_video.models.tiny_checkpoints import (tiny_hunyuan_transformer_config,  # noqa: E402
+                                                  tiny_wan_transformer_config)
+from lowbit_video.recipes import PrecisionPolicy, load_recipe  # noqa: E402
+
+
+def _with_policy(name, **policy):
+    return dataclasses.replace(load_recipe(name), policy=PrecisionPolicy(**policy))
+
+
+@pytest.fixture(scope="module")
+def wan():
+    torch.manual_seed(0)
+    t = WanTransformer3DModel(**tiny_wan_transformer_config()).eval()
+    g = torch.Generator().manual_seed(1)
+    inputs = dict(hidden_states=torch.randn(2, 16, 2, 8, 8, generator=g), timestep=torch.tensor([500.0, 700.0]),
+                  encoder_hidden_states=torch.randn(2, 7, 32, generator=g), return_dict=False)
+    return t, inputs
+
+
+@pytest.fixture(scope="module")
+def hunyuan():
+    torch.manual_seed(0)
+    t = HunyuanVideoTransformer3DModel(**tiny_hunyuan_transformer_config()).eval()
+    g = torch.Generator().manual_seed(1)
+    inputs = dict(hidden_states=torch.randn(2, 4, 2, 8, 8, generator=g), timestep=torch.tensor([500.0, 500.0]),
+                  encoder_hidden_states=torch.randn(2, 6, 16, generator=g),
+                  # row 0: 3 valid text tokens, 3 padded; row 1: all valid
+                  encoder_attention_mask=torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]]),
+                  pooled_projections=torch.randn(2, 8, generator=g), guidance=torch.tensor([6000.0, 6000.0]),
+                  return_dict=False)
+    return t, inputs
+
+
+def _run(t, inputs, recipe=None):
+    with torch.no_grad():
+        if recipe is None:
+            return t(**inputs)[0], None
+        with injected([t], recipe) as ctx:
+            out = t(**inputs)[0]
+        return out, ctx
+
+
+# ------------------------------------------------------------------------------------ signatures
+
+
+@pytest.mark.parametrize("ours, upstream", [(WanRecipeProcessor, WanAttnProcessor),
+                                            (HunyuanVideoRecipeProcessor, HunyuanVideoAttnProcessor2_0)])
+def test_processor_call_signature_is_the_upstream_one(ours, upstream):
+    # Legacy Attention filters kwargs by this signature: a generic *args/**kwargs would lose RoPE.
+    assert list(inspect.signature(ours.__call__).parameters) == list(inspect.signature(upstream.__call__).parameters)
+    assert issubclass(ours, upstream)
+
+
+# ------------------------------------------------------------------------------------ installation
+
+
+def test_wan_processors_in_every_attention_module_with_block_and_type(wan):
+    t, _ = wan
+    with injected([t], "mxattention"):
+        procs = t.attn_processors
+        assert len(procs) == 2 * len(t.blocks)
+        for i, block in enumerate(t.blocks):
+            p1, p2 = block.attn1.processor, block.attn2.processor
+            assert isinstance(p1, WanRecipeProcessor) and isinstance(p2, WanRecipeProcessor)
+            assert (p1.block_index, p1.attention_type) == (i, "self")
+            assert (p2.block_index, p2.attention_type) == (i, "cross")
+            assert p1.num_blocks == len(t.blocks) and p1.rope_segments == (12, 10, 10)
+        assert len({id(p) for p in procs.values()}) == len(procs)  # one instance per module
+    # restored afterwards
+    assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
+
+
+def test_hunyuan_processors_on_dual_and_single_blocks_not_the_refiner(hunyuan):
+    t, _ = hunyuan
+    with injected([t], "mxattention"):
+        procs = t.attn_processors
+        ours = {k: p for k, p in procs.items() if isinstance(p, HunyuanVideoRecipeProcessor)}
+        assert set(ours) == {"transformer_blocks.0.attn.processor", "single_transformer_blocks.0.attn.processor"}
+        assert [(p.block_index, p.attention_type) for p in ours.values()] == [(0, "joint"), (1, "joint")]
+        assert all(p.num_blocks == 2 and p.rope_segments == (8, 12, 12) for p in ours.values())
+        refiner = [k for k in procs if k.startswith("context_embedder")]
+        assert refiner and not any(isinstance(procs[k], HunyuanVideoRecipeProcessor) for k in refiner)
+    assert not any(isinstance(p, HunyuanVideoRecipeProcessor) for p in t.attn_processors.values())
+
+
+def test_attention_modules_lists_blocks_in_order(wan, hunyuan):
+    names = [(n, b, k) for n, _, b, k in attention_modules(wan[0])]
+    assert names == [("blocks.0.attn1", 0, "self"), ("blocks.0.attn2", 0, "cross"),
+                     ("blocks.1.attn1", 1, "self"), ("blocks.1.attn2", 1, "cross")]
+    names = [(n, b) for n, _, b, _ in attention_modules(hunyuan[0])]
+    assert names == [("transformer_blocks.0.attn", 0), ("single_transformer_blocks.0.attn", 1)]
+
+
+def test_unsupported_transformer_is_a_user_error():
+    with pytest.raises(UserError, match="no recipe processors for Linear"):
+        with injected([torch.nn.Linear(2, 2)], "fp16"):
+            pass
+
+
+def test_processors_restored_after_an_exception(wan):
+    t, _ = wan
+    with pytest.raises(RuntimeError, match="boom"):
+        with injected([t], "mxattention"):
+            raise RuntimeError("boom")
+    assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
+
+
+# ------------------------------------------------------------------------- high precision is exact
+
+
+@pytest.mark.parametrize("family", ["wan", "hunyuan"])
+def test_high_precision_calls_are_bit_identical_to_the_unmodified_model(family, wan, hunyuan):
+    t, inputs = wan if family == "wan" else hunyuan
+    ref, _ = _run(t, inputs)
+    nb = 2
+    for recipe in (load_recipe("fp16"),
+                   _with_policy("mxattention", high_precision_blocks=tuple(range(nb))),
+                   _with_policy("mxattention", high_precision_steps=(0,)),
+                   _with_policy("nvfp4", apply_to=()),
+                   _with_policy("draftattention2", high_precision_blocks=(-1, -2))):
+        out, ctx = _run(t, inputs, recipe)
+        assert torch.equal(out, ref), recipe.name
+        assert ctx.summary()["quantized"] == 0 and ctx.summary()["high"] > 0
+
+
+@pytest.mark.parametrize("family", ["wan", "hunyuan"])
+@pytest.mark.parametrize("name", ["mxattention", "nvfp4", "draftattention2"])
+def test_quantized_recipe_changes_the_output(family, name, wan, hunyuan):
+    t, inputs = wan if family == "wan" else hunyuan
+    if name == "draftattention2":  # needs >= one 64-token block per frame: 8x8 grid
+        inputs = dict(inputs)
+    ref, _ = _run(t, inputs)
+    out, ctx = _run(t, inputs, _with_policy(name))
+    assert torch.isfinite(out).all()
+    assert not torch.equal(out, ref)
+    assert 0 < (out - ref).abs().max() < 1.0
+    s = ctx.summary()
+    # Wan: self-attention only (policy default), cross stays 16-bit; Hunyuan: every joint attention.
+    assert s["quantized"] == 2 and s["high"] == (2 if family == "wan" else 0)
+
+
+def test_policy_picks_blocks(wan):
+    t, inputs = wan
+    ref, _ = _run(t, inputs)
+    out, ctx = _run(t, inputs, _with_policy("mxattention", high_precision_blocks=(0,)))
+    quant = {k[1] for k, n in ctx.stats.items() if k[4] == "quantized"}
+    assert quant == {1}
+    out_cross, ctx = _run(t, inputs, _with_policy("mxattention", apply_to=("self", "cross")))
+    assert ctx.summary()["quantized"] == 4 and not torch.equal(out_cross, ref)
+
+
+# ------------------------------------------------------------------------------------- masks
+
+
+def test_key_padding_forms():
+    b = torch.tensor([[True, True, False]])
+    assert torch.equal(key_padding(b.view(1, 1, 1, 3), 1, 3), b)
+    assert torch.equal(key_padding(torch.tensor([[0.0, 0.0, float("-inf")]]), 1, 3), b)
+    assert torch.equal(key_padding(torch.tensor([[1, 1, 0]]), 2, 3), b.expand(2, 3))
+    assert key_padding(None, 1, 3) is None
+    from lowbit_video.models.processors import _UnsupportedMask
+
+    with pytest.raises(_UnsupportedMask):
+        key_padding(torch.tril(torch.ones(3, 3, dtype=torch.bool)).view(1, 1, 3, 3), 1, 3)  # causal
+    with pytest.raises(_UnsupportedMask):
+        key_padding(torch.tensor([[0.0, -0.5, 0.0]]), 1, 3)  # soft bias
+
+
+def test_hunyuan_padding_mask_is_exact_under_quantization(hunyuan):
+    # Row 0 has 3 valid text tokens of 6: with the mask it must equal running the same row with
+    # only its 3 valid text tokens (no padding at all), up to float rounding elsewhere in the model.
+    t, inputs = hunyuan
+    recipe = _with_policy("mxattention")
+    full, _ = _run(t, inputs, recipe)
+    cut = dict(inputs, hidden_states=inputs["hidden_states"][:1], timestep=inputs["timestep"][:1],
+               encoder_hidden_states=inputs["encoder_hidden_states"][:1, :3],
+               encoder_attention_mask=inputs["encoder_attention_mask"][:1, :3],
+               pooled_projections=inputs["pooled_projections"][:1], guidance=inputs["guidance"][:1])
+    short, _ = _run(t, cut, recipe)
+    ref_full, _ = _run(t, inputs)
+    ref_short, _ = _run(t, cut)
+    tol = (ref_full[:1] - ref_short).abs().max().item() * 4 + 1e-6  # what 16-bit math itself differs by
+    assert (full[:1] - short).abs().max().item() <= tol
+    # and the padded row differs from running it with padding included as keys
+    assert not torch.equal(full, _run(t, dict(inputs, encoder_attention_mask=torch.ones(2, 6, dtype=torch.long)),
+                                      recipe)[0])
+
+
+def test_unsupported_mask_falls_back_to_the_original_kernel_with_a_warning(wan):
+    # A mask that is not a key-padding mask (here: causal) cannot be expressed as a key subset; the
+    # call runs the original kernel, bit-identical to the unmodified processor, and is counted.
+    t, _ = wan
+    attn = t.blocks[0].attn1
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 10, attn.inner_dim, generator=g)
+    mask = torch.tril(torch.ones(10, 10, dtype=torch.bool)).view(1, 1, 10, 10)
+    with torch.no_grad():
+        ref = WanAttnProcessor()(attn, x, None, mask, None)
+        with injected([t], _with_policy("mxattention")) as ctx:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                out = attn.processor(attn, x, None, mask, None)
+        assert torch.equal(out, ref)
+        assert ctx.summary()["fallback"] == 1 and ctx.summary()["quantized"] == 0
+        assert any("not a key-padding mask" in str(x.message) for x in w)
+
+
+def test_wan_key_padding_mask_in_quantized_self_attention_matches_cut_sequence(wan):
+    t, _ = wan
+    attn = t.blocks[0].attn1
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(1, 12, attn.inner_dim, generator=g)
+    mask = torch.tensor([True] * 8 + [False] * 4).view(1, 1, 1, 12)
+    with torch.no_grad(), injected([t], _with_policy("mxattention")):
+        out = attn.processor(attn, x, None, mask, None)
+        cut = attn.processor(attn, x[:, :8], None, None, None)
+    assert torch.allclose(out[:, :8], cut, atol=1e-6)
