@@ -1,5 +1,5 @@
 # lowbit-video — set-up and everyday commands. Everything runs in a local virtual environment.
-#   make demo   install, then run the main job on the shipped default
+#   make demo   install, then run the main job (generation with the shipped model)
 #   make test   install with test extras, then run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +8,7 @@ BIN     = $(VENV)/bin
 # torch (e.g. a CUDA build) keeps it.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install demo test test-all clean
+.PHONY: install demo diagnose test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,15 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# Main job. Until the shipped text-to-video model lands, it is the attention diagnostic over every
-# recipe on video-like (3D-RoPE'd, outlier-heavy) Q/K/V.
+# Main job: generate paired FP16 / MXAttention clips with the shipped tiny-shapes model on the smoke
+# prompts, then score how well they follow their prompts. Runs are resumable (a rerun skips them).
+DEMO_OUT ?= runs/demo
 demo: install
+	$(BIN)/lowbit-video generate --recipe fp16 --recipe mxattention --prompts prompts/smoke.txt --seeds 0 --out $(DEMO_OUT)
+	$(BIN)/lowbit-video adherence $(DEMO_OUT)
+
+# Attention numerics of every recipe on video-like synthetic Q/K/V (no model needed).
+diagnose: install
 	$(BIN)/lowbit-video diagnose attention --outliers --seq 2048
 	$(BIN)/lowbit-video diagnose uos
 
