@@ -563,14 +563,17 @@ def adherence(
                         f"({len(res['skipped'])} skipped)")
     summary = {k: res[k] for k in ("color_accuracy", "motion_accuracy", "shape_accuracy", "n")}
     summary["skipped"] = len(res["skipped"])
+    summary["by_recipe"] = res["by_recipe"]
     if as_json:
         print_json(summary)
         return
     table = Table(title=f"prompt adherence · {res['n']} runs")
-    for col in ("colour", "motion", "shape", "n", "skipped"):
-        table.add_column(col, justify="right")
-    table.add_row(*(f"{100 * summary[k]:.1f}%" for k in ("color_accuracy", "motion_accuracy", "shape_accuracy")),
-                  str(res["n"]), str(summary["skipped"]))
+    for col in ("recipe", "colour", "motion", "shape", "n"):
+        table.add_column(col, justify="left" if col == "recipe" else "right")
+    rows = list(res["by_recipe"].items()) + ([("all", summary)] if len(res["by_recipe"]) != 1 else [])
+    for name, acc in rows:
+        table.add_row(name, *(f"{100 * acc[k]:.1f}%" for k in ("color_accuracy", "motion_accuracy", "shape_accuracy")),
+                      str(acc["n"]))
     out.print(table)
 
 

@@ -508,14 +508,20 @@ def adherence(paths: Sequence[str | os.PathLike]) -> dict:
         if s is None:
             skipped.append({"dir": str(run), "reason": "two-object prompt (not scored)"})
             continue
-        scores.append(s)
+        recipe = meta.get("recipe", {})
+        scores.append((recipe.get("name") if isinstance(recipe, dict) else str(recipe), s))
+    by_recipe = {name: _accuracies([s for r, s in scores if r == name]) for name in sorted({r for r, _ in scores if r})}
+    return {**_accuracies([s for _, s in scores]), "runs": len(runs), "skipped": skipped, "by_recipe": by_recipe}
+
+
+def _accuracies(scores: list[dict]) -> dict:
+    """Fractions of clips whose colour, motion and shape were detected as prompted (None if no clip)."""
     n = len(scores)
 
     def acc(key: str) -> float | None:
         return sum(bool(s[key]) for s in scores) / n if n else None
 
-    return {"color_accuracy": acc("color_ok"), "motion_accuracy": acc("motion_ok"),
-            "shape_accuracy": acc("shape_ok"), "n": n, "runs": len(runs), "skipped": skipped}
+    return {"color_accuracy": acc("color_ok"), "motion_accuracy": acc("motion_ok"), "shape_accuracy": acc("shape_ok"), "n": n}
 
 
 def load_run_frames(run: str | os.PathLike) -> tuple[np.ndarray, str]:

@@ -244,6 +244,7 @@ def test_adherence_reads_lossless_frames_and_walks_folders(fake, tmp_path):
     gen.generate(cfg(tmp_path, recipes=["fp16"], seeds=[0, 1]))
     res = gen.adherence([tmp_path])
     assert res["n"] == 4 and res["color_accuracy"] == res["motion_accuracy"] == res["shape_accuracy"] == 1.0
+    assert list(res["by_recipe"]) == ["fp16"] and res["by_recipe"]["fp16"]["n"] == 4
     # falls back to the PNG strip (exact) and to the mp4 (decoded) when frames.npz is missing
     run = runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[0], 0)
     (run / "frames.npz").unlink()
