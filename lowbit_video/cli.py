@@ -587,7 +587,7 @@ _PENDING = {
 
 
 def _pending(name: str, help_text: str, where: str) -> None:
-    @app.command(name, help=f"{help_text} [not available yet: lands with {where}]",
+    @app.command(name, help=f"(Not available yet: lands with {where}.) {help_text}",
                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def command(ctx: typer.Context) -> None:
         print(f"error: `lowbit-video {name}` is not available yet; it lands with {where}", file=sys.stderr)
