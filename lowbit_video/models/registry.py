@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
@@ -138,7 +139,7 @@ class Settings:
     frames: int
 
 
-class VideoModel:
+class VideoModel(ABC):
     """A loaded model of one family. Subclasses provide `_transformers`, `_schedulers`, `_sample`."""
 
     info: ModelInfo
@@ -224,16 +225,19 @@ class VideoModel:
         self._check_settings(s)
         return s
 
-    # -- for subclasses
+    # -- implemented by each model family (wan.py, hunyuan.py, tiny_shapes_adapter.py)
 
+    @abstractmethod
     def _transformers(self) -> list[tuple[str, torch.nn.Module | None]]:
-        raise NotImplementedError
+        """(name, transformer) pairs the recipe is installed into (Wan2.2 A14B has two)."""
 
+    @abstractmethod
     def _schedulers(self) -> list[Any]:
-        raise NotImplementedError
+        """The schedulers whose set_timesteps/step the step tracker wraps."""
 
+    @abstractmethod
     def _sample(self, prompts: list[str], seeds: list[int], s: Settings, ctx, schedulers: list[Any]) -> np.ndarray:
-        raise NotImplementedError
+        """Run the family's sampler with processors installed; (n, T, H, W, 3) floats in [0, 1]."""
 
     def _loops(self, n_prompts: int) -> int:
         """Sampling loops (set_timesteps calls) per generate call of n prompts."""
