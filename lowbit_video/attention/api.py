@@ -65,7 +65,8 @@ def attend(
         out, diag = draft_attention(q, k, v, spec.draft, geometry, scale=scale)
         out = out.to(q.dtype)
     elif spec.quantized or backend == "reference" or return_diagnostics:
-        out, diag = reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments)
+        out, diag = reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments,
+                                        measure_errors=return_diagnostics)
         out = out.to(q.dtype)
     else:
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None

@@ -57,8 +57,12 @@ def reference_attention(
     *,
     scale: float | None = None,
     rope_segments: Sequence[int] | None = None,
+    measure_errors: bool = True,
 ) -> tuple[torch.Tensor, AttentionDiagnostics]:
     """Attention of BHND tensors under `spec`, computed in float64. Returns (output, diagnostics).
+
+    `measure_errors=False` skips the per-operand error norms (extra full passes over every P̃ tile
+    and a device sync each), which model integrations do not need; row sums are always tracked.
 
     `rope_segments` (t/h/w channel counts of the model's 3D RoPE) overrides the recipe's
     `rope_segments` for the "half" rotation; if both are empty, Wan's split of head_dim is used.
@@ -87,7 +91,9 @@ def reference_attention(
 
     quant = {name: build_quantizer(name, spec.operand(name)) for name in ("q", "k", "v", "p")}
     q_hat, k_hat, v_hat = quant["q"](q), quant["k"](k), quant["v"](v)
-    errors = {name: _rel_l2(x_hat, x) for name, x_hat, x in (("q", q_hat, q), ("k", k_hat, k), ("v", v_hat, v))}
+    errors = {}
+    if measure_errors:
+        errors = {name: _rel_l2(x_hat, x) for name, x_hat, x in (("q", q_hat, q), ("k", k_hat, k), ("v", v_hat, v))}
 
     shape = q.shape[:-1] + (1,)
     m = torch.full(shape, -math.inf, dtype=torch.float64, device=q.device)
@@ -111,13 +117,15 @@ def reference_attention(
         ell_applied = alpha * ell_applied + p_hat.sum(dim=-1, keepdim=True)
         acc = alpha * acc + p_hat @ v_hat[..., start:stop, :]
         m = m_new
-        p_err2 += float(((p_hat - p) ** 2).sum())
-        p_norm2 += float((p**2).sum())
+        if measure_errors:
+            p_err2 += float(((p_hat - p) ** 2).sum())
+            p_norm2 += float((p**2).sum())
 
     out = acc / ell
     if v_rotation is not None:
         out = out @ v_rotation.T
-    errors["p"] = math.sqrt(p_err2 / p_norm2) if p_norm2 > 0 else 0.0
+    if measure_errors:
+        errors["p"] = math.sqrt(p_err2 / p_norm2) if p_norm2 > 0 else 0.0
     return out, AttentionDiagnostics(row_sums=(ell_applied / ell).squeeze(-1), quant_rel_l2=errors)
 
 
