@@ -577,25 +577,14 @@ def adherence(
     out.print(table)
 
 
-# ---------------------------------------------------------------- commands that land in later issues
+# ------------------------------------------------------------- commands that live in their own modules
 
-_PENDING = {
-    "evaluate": ("Score run directories (VBench, PSNR, SSIM, LPIPS, cosine vs FP16).", "the evaluation issue (#5)"),
-    "compare": ("Tables and plots comparing recipes against the FP16 baseline.", "the evaluation issue (#5)"),
-    "ablate": ("Run an ablation study declared under recipes/ablations (e.g. table3).", "the evaluation issue (#5)"),
-}
+# Each module defines register(app); imported here, after the helpers above exist, so a module can
+# use user_errors / print_json / out / err from this one.
+from . import cli_evaluate, cli_compare, cli_ablate  # noqa: E402
 
-
-def _pending(name: str, help_text: str, where: str) -> None:
-    @app.command(name, help=f"(Not available yet: lands with {where}.) {help_text}",
-                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def command(ctx: typer.Context) -> None:
-        print(f"error: `lowbit-video {name}` is not available yet; it lands with {where}", file=sys.stderr)
-        raise typer.Exit(2)
-
-
-for _name, (_help, _where) in _PENDING.items():
-    _pending(_name, _help, _where)
+for _module in (cli_evaluate, cli_compare, cli_ablate):
+    _module.register(app)
 
 
 # ------------------------------------------------------------------------------------------ utils
