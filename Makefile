@@ -4,9 +4,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# CPU machines get the CPU build of torch from the local wheel cache; a venv that already has a
-# torch (e.g. a CUDA build) keeps it.
-TORCH_CPU ?= torch==2.13.0
+# torch + torchvision as a pair that imports together (PyPI's torchvision does not import beside the
+# torch 2.13 CPU build); a venv that already has both (e.g. a CUDA build) keeps them.
+TORCH ?= torch==2.14.1 torchvision==0.29.1
 
 .PHONY: install demo diagnose test clean
 
@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_CPU)
+	$(BIN)/python -c "import torch, torchvision" 2>/dev/null || $(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 

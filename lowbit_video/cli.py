@@ -417,8 +417,9 @@ class _GreedyCommand(TyperCommand):
 class _RichReporter:
     """generate's progress on stderr: one bar over runs, one over the denoising steps of a batch."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, prefix: str = "") -> None:
         self.quiet = quiet
+        self.prefix = prefix  # "[rank 0/2] " under torchrun
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
         self.runs_task = self.steps_task = None
@@ -428,7 +429,7 @@ class _RichReporter:
     def planned(self, runs: list, todo: int) -> None:
         done = len(runs) - todo
         if done and not self.quiet:
-            err.print(f"{done} of {len(runs)} runs already complete", highlight=False)
+            err.print(f"{self.prefix}{done} of {len(runs)} runs already complete", highlight=False)
         if todo:
             self.progress.start()
             self.started = True
@@ -440,7 +441,7 @@ class _RichReporter:
 
     def loaded(self, model: str, seconds: float) -> None:
         self.progress.update(self.runs_task, description="runs")
-        self.progress.console.print(f"loaded {model} in {seconds:.1f} s", highlight=False)
+        self.progress.console.print(f"{self.prefix}loaded {model} in {seconds:.1f} s", highlight=False)
 
     def batch_started(self, recipe: str, prompt: str, seeds: list, steps: int) -> None:
         short = prompt if len(prompt) <= 32 else prompt[:31] + "…"
@@ -482,13 +483,19 @@ def generate(
     capture_blocks: Optional[list[int]] = typer.Option(None, "--capture-blocks", help="Blocks to capture (default: all)."),
     capture_steps: Optional[list[int]] = typer.Option(None, "--capture-steps", help="Denoising steps to capture (default: all)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Regenerate runs that are already complete."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Run only shard i of n of the grid (i counts from 0), e.g. --shard $SLURM_ARRAY_TASK_ID/8 in a cluster array job. Under torchrun the rank picks the shard by itself."),
+    context_parallel: Optional[str] = typer.Option(None, "--context-parallel", help="ulysses or ring: split each video's tokens over the torchrun processes (diffusers context parallelism; Wan models)."),
+    cp_degree: Optional[int] = typer.Option(None, "--cp-degree", help="Processes per video with --context-parallel (default and currently required: WORLD_SIZE)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Generate videos for prompts x seeds x recipes: video.mp4, frames.png, frames.npz and meta.json per run.
 
-    Resumable: complete runs (meta.json present; it is written last, atomically) are skipped, so the same command again does nothing; an interrupted run is cleaned and generated again.
+    Resumable: complete runs (meta.json present; it is written last, atomically) are skipped, so the same command again does nothing; an interrupted run is cleaned and generated again. <out>/manifest.json lists every run and whether it is complete.
+
+    Many processes: `torchrun --nproc-per-node N -m lowbit_video generate ...` splits the grid over the N ranks (each run on exactly one; rank 0 writes the manifest when all are done); `--shard i/n` does the same for array jobs.
     """
-    from .generate import GenerateConfig, generate as run_grid
+    from .distributed import ShardSpec
+    from .generate import GenerateConfig, Reporter, generate as run_grid
 
     if prompts is not None and prompt:
         raise UserError("pass --prompts FILE or --prompt TEXT, not both")
@@ -497,17 +504,33 @@ def generate(
         prompts_file=str(prompts) if prompts is not None else None, seeds=seeds or [0], steps=steps,
         guidance=guidance, height=height, width=width, frames=frames, out=out_dir, model_path=model_path,
         device=device, batch=batch, capture_dir=capture_qkv, capture_blocks=capture_blocks,
-        capture_steps=capture_steps, overwrite=overwrite,
+        capture_steps=capture_steps, overwrite=overwrite, context_parallel=context_parallel, cp_degree=cp_degree,
     )
-    reporter = _RichReporter(quiet=as_json)
+    spec = ShardSpec.from_cli_or_env(shard)
+    cfg.shard = spec
+    prefix = f"[rank {spec}] " if spec.launched else (f"[shard {spec}] " if not spec.single else "")
+    # Under torchrun only rank 0 draws progress and prints the result; the others print one line.
+    reporter = _RichReporter(quiet=as_json, prefix=prefix) if spec.is_main or not spec.launched else None
     try:
-        result = run_grid(cfg, reporter)
+        result = run_grid(cfg, reporter or Reporter())
     finally:
-        reporter.close()
+        if reporter is not None:
+            reporter.close()
+    if spec.launched and not spec.is_main:
+        print(f"{prefix}generated {result['generated']}, {result['skipped']} already complete", file=sys.stderr)
+        return
     if as_json:
         print_json(result)
         return
     n, done, skipped = len(result["runs"]), result["generated"], result["skipped"]
+    if "shard" in result:
+        mine = sum(r["status"] != "other-shard" for r in result["runs"])
+        line = f"{prefix}generated {done} of this process's {mine} runs, {skipped} already complete"
+        if result.get("manifest"):
+            line += (f"; grid: {result['complete']} of {n} complete, {result['missing']} missing "
+                     f"({_short_path(result['manifest'])})")
+        out.print(line, highlight=False)
+        return
     if done == 0:
         out.print(f"{skipped} runs already complete; nothing to do ({_short_path(str(out_dir))})", highlight=False)
         return

@@ -37,11 +37,6 @@ def test_help_lists_the_commands():
         assert command in text
 
 
-@pytest.mark.parametrize("command", ["evaluate", "compare", "ablate"])
-def test_commands_of_later_issues_say_so_and_fail(command):
-    assert_one_line_error(cli(command, "--recipe", "mxattention", check=False))
-
-
 def test_recipes_json_lists_the_nine():
     data = cli_json("recipes")
     rows = data["recipes"]
