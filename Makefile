@@ -14,9 +14,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml scripts/install-vbench.sh | $(BIN)/python
 	$(BIN)/python -c "import torch, torchvision" 2>/dev/null || $(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[test]'
+	# VBench without its pins (numpy<2, transformers==4.33): see the script's header
+	sh scripts/install-vbench.sh $(BIN)/pip
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,15 +1,214 @@
-"""`lowbit-video evaluate` (placeholder until the evaluation issue lands; replaced by its owner)."""
+"""`lowbit-video evaluate`, `lowbit-video weights check` and `lowbit-video metrics`.
+
+Thin: parse, call lowbit_video.evaluate / lowbit_video.metrics, render with rich (progress on
+stderr, tables or one JSON object on stdout). User mistakes are one line on stderr, exit 2.
+"""
 
 from __future__ import annotations
 
-import sys
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
+WeightsDirOpt = typer.Option(None, "--weights-dir", help="Weights root (default: $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights).")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 100 else f"{v:.2f}"
+    return "n/a"
+
+
+def _availability(root: Path) -> dict:
+    """{metric: "available" | {"unavailable": reason}} for every registered metric under `root`."""
+    from .metrics import lpips_metric
+    from .metrics.registry import list_metrics
+
+    out: dict[str, Any] = {}
+    for m in list_metrics():
+        if m.name == "lpips":
+            why = lpips_metric.unavailable(root)
+        elif m.kind == "vbench":
+            from .evaluate import _vbench_unavailable
+
+            why = _vbench_unavailable(m.name, root)
+        else:
+            why = None
+        out[m.name] = "available" if why is None else {"unavailable": why}
+    return out
+
+
+class _EvalProgress:
+    """evaluate's progress on stderr: one bar over the runs with work, a line for the VBench subprocess."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from .cli import err
+
+        self.err, self.quiet = err, quiet
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                 TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal)
+        self.task = None
+
+    def planned(self, runs: list, todo: int) -> None:
+        if not self.quiet and len(runs) > todo:
+            self.err.print(f"{len(runs) - todo} of {len(runs)} runs already scored", highlight=False)
+        if todo:
+            self.progress.start()
+            self.task = self.progress.add_task("evaluate", total=todo)
+
+    def run_started(self, run: Path, metrics: list) -> None:
+        parts = run.parts[-4:]
+        self.progress.update(self.task, description=f"{parts[0]} · {parts[-1]} · {parts[1][:28]}")
+
+    def run_done(self, run: Path, status: str) -> None:
+        self.progress.advance(self.task)
+
+    def vbench_started(self, n_videos: int, dims: list) -> None:
+        self.progress.stop()
+        if not self.quiet:
+            self.err.print(f"VBench: {n_videos} video{'s' * (n_videos != 1)} x {len(dims)} dimension"
+                           f"{'s' * (len(dims) != 1)} (subprocess) ...", highlight=False)
+
+    def vbench_done(self, seconds: float) -> None:
+        if not self.quiet:
+            self.err.print(f"VBench done in {seconds:.1f} s", highlight=False)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _summary(results: list[dict], title: str) -> None:
+    from rich.table import Table
+
+    from .cli import out
+
+    metric_names: list[str] = []
+    for r in results:
+        metric_names += [n for n in r["metrics"] if n not in metric_names]
+    numeric = [n for n in metric_names if any(isinstance(r["metrics"].get(n), float) for r in results)]
+    table = Table(title=title)
+    for col in ("model", "recipe", "prompt", "seed", "status", *numeric):
+        table.add_column(col, overflow="fold", justify="right" if col in numeric or col == "seed" else "left")
+    for r in results:
+        run = r["run"]
+        prompt = str(run.get("prompt") or "")
+        table.add_row(str(run.get("model")), str(run.get("recipe")), prompt if len(prompt) <= 40 else prompt[:39] + "…",
+                      str(run.get("seed")), r["status"], *(_fmt(r["metrics"].get(n)) for n in numeric))
+    out.print(table)
+    reasons: dict[tuple[str, str], int] = {}
+    for r in results:
+        for n, v in r["metrics"].items():
+            if isinstance(v, dict):
+                key = (n, v.get("unavailable", ""))
+                reasons[key] = reasons.get(key, 0) + 1
+    if reasons:
+        out.print("[bold]unavailable[/bold] (n/a):")
+        for (n, why), count in reasons.items():
+            out.print(f"  {n} ({count} run{'s' * (count != 1)}): {why}", highlight=False, markup=False)
+    scored = sum(r["status"] == "scored" for r in results)
+    out.print(f"scored {scored} run{'s' * (scored != 1)}, {len(results) - scored} already scored; "
+              f"metrics.json beside each run", highlight=False)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("evaluate", help="(Not available yet: lands with the evaluation issue (#5).)",
-                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def command(ctx: typer.Context) -> None:
-        print("error: `lowbit-video evaluate` is not available yet; it lands with the evaluation issue (#5)", file=sys.stderr)
-        raise typer.Exit(2)
+    from .cli import JsonOpt, print_json, user_errors
+
+    @app.command("evaluate")
+    @user_errors
+    def evaluate(
+        run_dirs: list[Path] = typer.Argument(..., help="Run directories, or folders above them (searched for complete runs)."),
+        metrics: Optional[list[str]] = typer.Option(None, "--metrics", help="Metric names, repeated or comma-separated (default: all; see `lowbit-video metrics`)."),
+        weights_dir: Optional[str] = WeightsDirOpt,
+        baseline: str = typer.Option("fp16", "--baseline", help="Recipe of the baseline run paired metrics compare against."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Recompute every asked metric, even those already in metrics.json."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; print only the one-line summary."),
+        as_json: bool = JsonOpt,
+    ) -> None:
+        """Score runs: PSNR, SSIM, cosine, LPIPS against the baseline (FP16) run, VBench dimensions, tiny-shapes adherence.
+
+        Writes metrics.json beside each run (atomically) and skips metrics already scored. A metric whose weights are missing is stored as {"unavailable": reason}; weights are never downloaded (`lowbit-video weights check`).
+        """
+        from .evaluate import evaluate_runs
+
+        reporter = _EvalProgress(quiet=quiet or as_json)
+        try:
+            results = evaluate_runs(run_dirs, metrics=metrics, weights_dir=weights_dir, baseline=baseline,
+                                    overwrite=overwrite, reporter=reporter)
+        finally:
+            reporter.close()
+        scored = sum(r["status"] == "scored" for r in results)
+        if as_json:
+            print_json({"runs": results, "scored": scored, "skipped": len(results) - scored,
+                        "weights_root": results[0]["weights_root"] if results else None})
+        elif quiet:
+            print(f"scored {scored} runs, {len(results) - scored} already scored")
+        else:
+            _summary(results, f"evaluate · baseline {baseline} · {len(results)} run{'s' * (len(results) != 1)}")
+
+    weights_app = typer.Typer(help="The weight files learned metrics need (never downloaded).", no_args_is_help=True)
+    app.add_typer(weights_app, name="weights")
+
+    @weights_app.command("check")
+    @user_errors
+    def weights_check(weights_dir: Optional[str] = WeightsDirOpt, as_json: bool = JsonOpt) -> None:
+        """List every file of the weights manifest: present, missing, bad-hash or bad-size, and the metrics using it.
+
+        Always exits 0: missing files only make their metrics unavailable.
+        """
+        from rich.table import Table
+
+        from .cli import out
+        from .metrics.weights import check, weights_root
+
+        root = weights_root(weights_dir)
+        files = check(root)
+        avail = _availability(root)
+        if as_json:
+            print_json({"root": str(root), "files": [f.to_json() for f in files], "metrics": avail})
+            return
+        colour = {"present": "green", "missing": "yellow", "bad-hash": "red", "bad-size": "red"}
+        table = Table(title=f"weights · {root}")
+        for col in ("key", "path", "state", "used by", "detail"):
+            table.add_column(col, overflow="fold")
+        for f in files:
+            table.add_row(f.key, f.relpath, f"[{colour[f.state]}]{f.state}[/{colour[f.state]}]", ", ".join(f.used_by) or "none (optional)",
+                          f.detail)
+        out.print(table)
+        ok = [n for n, v in avail.items() if v == "available"]
+        out.print(f"metrics available: {', '.join(ok) or 'none'}", highlight=False)
+        out.print(f"unavailable: {', '.join(n for n in avail if n not in ok) or 'none'}", highlight=False)
+
+    @app.command("metrics")
+    @user_errors
+    def metrics_list(weights_dir: Optional[str] = WeightsDirOpt, as_json: bool = JsonOpt) -> None:
+        """List the metrics evaluate knows: kind, what each needs, and whether it can run here."""
+        from dataclasses import asdict
+
+        from rich.table import Table
+
+        from .cli import out
+        from .metrics.registry import list_metrics
+        from .metrics.weights import weights_root
+
+        root = weights_root(weights_dir)
+        avail = _availability(root)
+        rows = [{**asdict(m), "status": avail[m.name]} for m in list_metrics()]
+        if as_json:
+            print_json({"root": str(root), "metrics": rows})
+            return
+        table = Table(title=f"metrics · weights root {root}")
+        for col in ("name", "kind", "better", "weights", "status", "description"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            st = r["status"]
+            table.add_row(r["name"], r["kind"], "higher" if r["higher_is_better"] else "lower",
+                          ", ".join(r["weights"]) or "none",
+                          "[green]available[/green]" if st == "available" else f"[yellow]{st['unavailable']}[/yellow]",
+                          r["description"] + (f" ({', '.join(r['models'])} only)" if r["models"] else ""))
+        out.print(table)
+
+
+__all__ = ["register"]

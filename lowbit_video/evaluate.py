@@ -1,0 +1,447 @@
+"""`lowbit-video evaluate`: score runs and store the scores beside them, in `<run>/metrics.json`.
+
+* **What is scored.** The asked metrics (default: all of `metrics.registry`; adherence only on
+  tiny-shapes runs). Paired metrics compare a run's exact frames (frames.npz) with its *baseline*: the
+  complete run with recipe == `baseline` (default fp16) and the same model, prompt, seed, steps,
+  guidance and size -- looked for at the sibling path `run_dir(out, model, baseline, prompt, seed)`
+  (out = the run's output root, run.parents[3]), then among the other runs given. The baseline run
+  itself gets paired metrics {"unavailable": "baseline run"}.
+* **Values** are floats or {"unavailable": "<one-line reason>"} -- missing weights or packages, no
+  baseline, a non-finite score -- never NaN and never a score from substitute weights.
+* **Atomic, resumable, incremental.** metrics.json is written with runstore.atomic_write_json, so an
+  interrupted evaluate leaves the previous file or none, never half of one. Each run's in-process
+  metrics are written as soon as they are computed; VBench dimensions (one subprocess for all runs)
+  are merged in afterwards. A run is skipped when its file already has every asked metric for the
+  same run frames and the same baseline frames (frames_sha256 of both); new metrics are merged into
+  the file; paired metrics against a baseline whose frames changed are dropped and recomputed.
+  A metric stored as unavailable because a requirement was missing (recorded under "prechecks") is
+  recomputed once the requirement's state changes (e.g. its weights were added); --overwrite
+  recomputes every asked metric.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import runstore
+from .errors import UserError
+
+FORMAT = "lowbit-video metrics"
+FORMAT_VERSION = 1
+METRICS_NAME = "metrics.json"
+BASELINE_RUN = "baseline run"
+
+
+def no_baseline_reason(baseline: str) -> str:
+    return f"no {baseline} run of the same model, prompt, seed and steps"
+
+
+class EvalReporter:
+    """Progress hooks (no-ops here; the CLI draws a rich progress bar on stderr)."""
+
+    def planned(self, runs: list[Path], todo: int) -> None: ...
+    def run_started(self, run: Path, metrics: list[str]) -> None: ...
+    def run_done(self, run: Path, status: str) -> None: ...
+    def vbench_started(self, n_videos: int, dimensions: list[str]) -> None: ...
+    def vbench_done(self, seconds: float) -> None: ...
+
+
+@dataclass
+class _Job:
+    dir: Path
+    meta: dict
+    baseline: Path | None
+    is_baseline: bool
+    metrics: list[str]
+    values: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+    prechecks: dict = field(default_factory=dict)
+    todo: list[str] = field(default_factory=list)
+    created: str | None = None
+    status: str = "skipped"
+
+
+# -------------------------------------------------------------------------------------- inputs
+
+
+def resolve_metrics(names: Sequence[str] | None) -> tuple[list[str], bool]:
+    """(metric names, explicit?) -- names may be repeated or comma lists; None/empty -> the defaults."""
+    from .metrics.registry import default_metrics, get_metric
+
+    flat = [n.strip() for item in (names or []) for n in str(item).split(",") if n.strip()]
+    if not flat:
+        return list(default_metrics()), False
+    return [get_metric(n).name for n in OrderedDict.fromkeys(flat)], True
+
+
+def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Complete runs at or under each path (deduplicated, in order); UserError if a path has none."""
+    if not paths:
+        raise UserError("no run directories given")
+    runs: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise UserError(f"{p}: no such file or directory")
+        found = list(runstore.iter_runs(p))
+        if not found:
+            raise UserError(f"{p}: no complete runs (a run directory holds meta.json)")
+        runs.extend(found)
+    return list(OrderedDict.fromkeys(r.resolve() for r in runs))
+
+
+def _name(meta: dict, key: str) -> str | None:
+    v = meta.get(key)
+    return v.get("name") if isinstance(v, dict) else v
+
+
+def _setting(meta: dict) -> tuple:
+    return (_name(meta, "model"), meta.get("prompt"), meta.get("seed"), meta.get("steps"), meta.get("guidance"),
+            json.dumps(meta.get("size"), sort_keys=True))
+
+
+def output_root(run: Path) -> Path:
+    """The --out folder a run was generated under (<out>/<model>/<recipe>/<slug>/seed-<s>)."""
+    return run.parents[3] if len(run.parents) > 3 else run.parent
+
+
+def find_baseline(run: Path, meta: dict, metas: dict[Path, dict], baseline: str) -> Path | None:
+    """The baseline run of `run` (pairing rule in the module docstring), or None."""
+    want = _setting(meta)
+    try:
+        sibling = runstore.run_dir(output_root(run), _name(meta, "model") or "", baseline, meta.get("prompt", ""),
+                                   int(meta.get("seed", 0)))
+    except (IndexError, TypeError, ValueError):
+        sibling = None
+    if sibling is not None and sibling.resolve() != run and runstore.is_complete(sibling):
+        m = runstore.read_meta(sibling) or {}
+        if _name(m, "recipe") == baseline and _setting(m) == want:
+            return sibling.resolve()
+    for other, m in metas.items():
+        if other != run and _name(m, "recipe") == baseline and _setting(m) == want:
+            return other
+    return None
+
+
+# ---------------------------------------------------------------------------------- prechecks
+
+
+class _Prechecks:
+    """Why a metric cannot be computed for a run before computing anything (None: it can).
+    Weight and package checks are done once per evaluate call."""
+
+    def __init__(self, root: Path, baseline: str) -> None:
+        self.root, self.baseline = root, baseline
+        self._cache: dict[str, str | None] = {}
+
+    def _once(self, name: str) -> str | None:
+        if name not in self._cache:
+            from .metrics.registry import get_metric
+
+            kind = get_metric(name).kind
+            if name == "lpips":
+                from .metrics import lpips_metric
+
+                self._cache[name] = lpips_metric.unavailable(self.root)
+            elif kind == "vbench":
+                self._cache[name] = _vbench_unavailable(name, self.root)
+            else:
+                self._cache[name] = None
+        return self._cache[name]
+
+    def reason(self, name: str, job: _Job) -> str | None:
+        from .metrics.registry import get_metric
+        spec = get_metric(name)
+        if spec.kind == "paired":
+            if job.is_baseline:
+                return BASELINE_RUN
+            if job.baseline is None:
+                return no_baseline_reason(self.baseline)
+        if not _applies(spec, job.meta):
+            return f"{name} scores {', '.join(spec.models)} runs only (this run: {_name(job.meta, 'model')})"
+        return self._once(name)
+
+
+def _vbench_module():
+    """lowbit_video.metrics.vbench, or a one-line reason why it cannot be imported."""
+    try:
+        from .metrics import vbench
+    except ModuleNotFoundError as e:
+        if e.name in ("lowbit_video.metrics.vbench",):
+            return "vbench integration not installed"
+        return f"vbench integration failed to import: {e}"
+    except ImportError as e:
+        return f"vbench integration failed to import: {e}"
+    return vbench
+
+
+def _vbench_unavailable(dim: str, root: Path) -> str | None:
+    mod = _vbench_module()
+    if isinstance(mod, str):
+        return mod
+    return mod.dimension_unavailable(dim, root)
+
+
+# ---------------------------------------------------------------------------------- computing
+
+
+def clean_value(v: Any) -> float | dict:
+    """A float, or {"unavailable": reason}; NaN/Inf and non-numbers become unavailable."""
+    if isinstance(v, dict):
+        return {"unavailable": str(v.get("unavailable", "no score")).splitlines()[0] or "no score"}
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return {"unavailable": f"not a number ({type(v).__name__})"}
+    return f if math.isfinite(f) else {"unavailable": f"non-finite score ({f})"}
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+class _Frames:
+    """Frames of runs, loaded once (baselines are shared by every recipe)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Path, Any] = {}
+
+    def __call__(self, run: Path):
+        if run not in self._cache:
+            from .generate import load_run_frames
+
+            if len(self._cache) > 16:
+                self._cache.clear()
+            self._cache[run] = load_run_frames(run)[0]
+        return self._cache[run]
+
+
+def _compute_local(job: _Job, name: str, frames: _Frames, root: Path) -> None:
+    """Compute one paired or video metric into job.values / job.details."""
+    from .metrics.registry import get_metric
+
+    spec = get_metric(name)
+    try:
+        if spec.kind == "paired":
+            a, b = frames(job.dir), frames(job.baseline)
+            if name == "lpips":
+                from .metrics import lpips_metric
+
+                value = lpips_metric.lpips_distance(a, b, lpips_metric.load_model(root))
+            else:
+                from .metrics.paired import PAIRED_FUNCTIONS
+
+                value = PAIRED_FUNCTIONS[name](a, b)
+        elif name == "adherence":
+            from .metrics.video import adherence
+
+            value, details = adherence(frames(job.dir), str(job.meta.get("prompt", "")))
+            if details:
+                job.details[name] = details
+        else:  # pragma: no cover - registry and this function disagree
+            value = {"unavailable": f"no in-process implementation of {name}"}
+    except (ValueError, RuntimeError, OSError, KeyError) as e:
+        value = {"unavailable": _one_line(e)}
+    job.values[name] = clean_value(value)
+
+
+def _run_vbench(jobs: list[tuple[_Job, list[str]]], root: Path, rep: EvalReporter) -> None:
+    videos, keyed = [], {}
+    mod = _vbench_module()
+    for job, dims in jobs:
+        mp4 = job.dir / "video.mp4"
+        if isinstance(mod, str) or not mp4.is_file():
+            for d in dims:
+                job.values[d] = {"unavailable": mod if isinstance(mod, str) else "run has no video.mp4"}
+            continue
+        keyed[str(job.dir)] = (job, dims)
+        videos.append(mod.VBenchVideo(key=str(job.dir), mp4=mp4, prompt=str(job.meta.get("prompt", ""))))
+    if not videos:
+        return
+    dims_all = list(OrderedDict.fromkeys(d for _, ds in keyed.values() for d in ds))
+    rep.vbench_started(len(videos), dims_all)
+    t0 = time.perf_counter()
+    try:
+        result = mod.score_videos(videos, dims_all, root)
+        failure = None
+    except Exception as e:  # noqa: BLE001 - any failure of the subprocess makes these scores unavailable
+        result, failure = {}, f"vbench failed: {_one_line(e)}"
+    rep.vbench_done(time.perf_counter() - t0)
+    for key, (job, dims) in keyed.items():
+        scores = result.get(key, {}) if isinstance(result, dict) else {}
+        for d in dims:
+            job.values[d] = clean_value(scores.get(d, {"unavailable": failure or "vbench returned no score"}))
+
+
+# ------------------------------------------------------------------------------------ the file
+
+
+def _read_existing(run: Path) -> dict | None:
+    try:
+        data = json.loads((run / METRICS_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("metrics"), dict):
+        return None
+    return data
+
+
+def _metric_order(names) -> list[str]:
+    from .metrics.registry import list_metrics
+
+    order = {m.name: i for i, m in enumerate(list_metrics())}
+    return sorted(names, key=lambda n: (order.get(n, len(order)), n))
+
+
+def _versions() -> dict:
+    from importlib import metadata
+    import platform
+
+    from . import __version__
+
+    def v(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"lowbit_video": __version__, "numpy": v("numpy"), "scikit-image": v("scikit-image"), "torch": v("torch"),
+            "lpips": v("lpips"), "vbench": v("vbench"), "python": platform.python_version()}
+
+
+def _document(job: _Job, baseline_name: str, root: Path) -> dict:
+    m = job.meta
+    base = None
+    if job.baseline is not None:
+        bm = runstore.read_meta(job.baseline) or {}
+        base = {"recipe": baseline_name, "dir": os.path.relpath(job.baseline, output_root(job.dir)),
+                "frames_sha256": bm.get("frames_sha256")}
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    names = _metric_order(job.values)
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "run": {"model": _name(m, "model"), "recipe": _name(m, "recipe"), "prompt": m.get("prompt"),
+                "seed": m.get("seed"), "steps": m.get("steps"), "frames_sha256": m.get("frames_sha256")},
+        "baseline": base,
+        "metrics": {n: job.values[n] for n in names},
+        "details": {n: job.details[n] for n in _metric_order(job.details) if n in job.values},
+        "prechecks": {n: job.prechecks[n] for n in _metric_order(job.prechecks) if n in job.values},
+        "weights_root": str(root),
+        "created": job.created or now, "updated": now,
+        "versions": _versions(),
+    }
+
+
+def _plan(job: _Job, existing: dict | None, baseline_sha: str | None, checks: _Prechecks, overwrite: bool) -> None:
+    """Fill job.values/details/prechecks from the existing file (dropping stale entries) and job.todo."""
+    from .metrics.registry import get_metric
+
+    if existing is not None and (existing.get("run") or {}).get("frames_sha256") == job.meta.get("frames_sha256"):
+        job.created = existing.get("created")
+        old_base = (existing.get("baseline") or {}).get("frames_sha256") if existing.get("baseline") else None
+        stale_paired = old_base != baseline_sha
+        for store, src in ((job.values, "metrics"), (job.details, "details"), (job.prechecks, "prechecks")):
+            for n, v in (existing.get(src) or {}).items():
+                try:
+                    paired = get_metric(n).kind == "paired"
+                except UserError:
+                    paired = False  # a metric this version no longer knows: kept as is
+                if not (paired and stale_paired):
+                    store[n] = v
+    for n in job.metrics:
+        if overwrite or n not in job.values:
+            job.todo.append(n)
+            continue
+        stored_unavailable = isinstance(job.values[n], dict)
+        if stored_unavailable:
+            now = checks.reason(n, job)
+            before = job.prechecks.get(n)
+            if (n in job.prechecks and now != before) or (n not in job.prechecks and now is not None):
+                job.todo.append(n)
+
+
+def evaluate_runs(run_dirs: Sequence[str | os.PathLike], metrics: Sequence[str] | None = None,
+                  weights_dir: str | None = None, baseline: str = "fp16", overwrite: bool = False,
+                  reporter: EvalReporter | None = None) -> list[dict]:
+    """Score runs at or under `run_dirs`; write each run's metrics.json; return the documents (+ "dir",
+    "status": "scored" | "skipped")."""
+    from .metrics.registry import get_metric
+    from .metrics.weights import weights_root
+
+    rep = reporter or EvalReporter()
+    names, explicit = resolve_metrics(metrics)
+    runs = find_runs(run_dirs)
+    root = weights_root(weights_dir)
+    metas = {r: runstore.read_meta(r) or {} for r in runs}
+    checks = _Prechecks(root, baseline)
+
+    jobs: list[_Job] = []
+    for run in runs:
+        meta = metas[run]
+        is_base = _name(meta, "recipe") == baseline
+        base = None if is_base else find_baseline(run, meta, metas, baseline)
+        job = _Job(run, meta, base, is_base, [])
+        for n in names:
+            spec = get_metric(n)
+            if not explicit and not _applies(spec, meta):
+                continue  # defaults: adherence only where it applies
+            job.metrics.append(n)
+        base_sha = (runstore.read_meta(base) or {}).get("frames_sha256") if base is not None else None
+        _plan(job, _read_existing(run), base_sha, checks, overwrite)
+        jobs.append(job)
+
+    todo = [j for j in jobs if j.todo]
+    rep.planned(runs, len(todo))
+    frames = _Frames()
+    vbench_jobs: list[tuple[_Job, list[str]]] = []
+    for job in todo:
+        rep.run_started(job.dir, job.todo)
+        vdims = []
+        for n in job.todo:
+            job.details.pop(n, None)
+            why = checks.reason(n, job)
+            if why is not None:
+                job.values[n] = {"unavailable": why}
+                job.prechecks[n] = why
+                continue
+            job.prechecks.pop(n, None)
+            if get_metric(n).kind == "vbench":
+                vdims.append(n)
+                job.values.pop(n, None)
+            else:
+                _compute_local(job, n, frames, root)
+        if vdims:
+            vbench_jobs.append((job, vdims))
+        runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
+        job.status = "scored"
+        rep.run_done(job.dir, job.status)
+    if vbench_jobs:
+        _run_vbench(vbench_jobs, root, rep)
+        for job, _ in vbench_jobs:
+            runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
+
+    results = []
+    for job in jobs:
+        doc = _read_existing(job.dir) if job.status == "skipped" else None
+        doc = doc or _document(job, baseline, root)
+        results.append({**doc, "dir": str(job.dir), "status": job.status})
+    return results
+
+
+def _applies(spec, meta: dict) -> bool:
+    from .metrics.video import is_tiny_shapes
+
+    return not spec.models or ("tiny-shapes" in spec.models and is_tiny_shapes(meta))
+
+
+__all__ = ["BASELINE_RUN", "EvalReporter", "FORMAT", "FORMAT_VERSION", "METRICS_NAME", "evaluate_runs",
+           "find_baseline", "find_runs", "no_baseline_reason", "resolve_metrics"]

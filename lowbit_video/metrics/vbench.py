@@ -1,0 +1,265 @@
+"""VBench dimensions, scored by the real `vbench` package (0.1.5) in a subprocess, offline.
+
+Why a subprocess: vbench reads its cache folder into a module constant at import, edits `sys.path`,
+configures logging, pins old numpy/transformers (we install it without its pins plus two small shims)
+and, for any file it cannot find, shells out to `wget`. `lowbit_video.metrics.vbench_worker` isolates
+all of that: it sets the weight folders and the offline flags before `import vbench`, blocks sockets and
+downloaders, and runs `VBench(...).evaluate(..., mode="custom_input", local=True)`.
+
+What VBench reads is each run's `video.mp4` (H.264; tiny-shapes frames are upscaled x8, nearest) - the
+same file a person would look at. `temporal_flickering` needs no learned weights: it is VBench's formula
+(255 - mean |f_t - f_{t+1}|) / 255 on the decoded mp4, without the official protocol's RAFT static-video
+filter. Every other dimension is computed only when all its weight files are present and verified
+(`lowbit_video.metrics.weights`); nothing is ever substituted or downloaded.
+
+Per-video values follow VBench's reported scale: imaging_quality (MUSIQ, 0-100 per frame) is divided
+by 100 as VBench does for its aggregate; dynamic_degree and human_action are 1.0 / 0.0 per video.
+
+Values are floats or {"unavailable": "<one-line reason>"} - never NaN, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+# Dimensions VBench can score in `custom_input` mode (our prompts are free text, not VBench's suite).
+VBENCH_DIMENSIONS: tuple[str, ...] = (
+    "subject_consistency",
+    "background_consistency",
+    "temporal_flickering",
+    "motion_smoothness",
+    "dynamic_degree",
+    "aesthetic_quality",
+    "imaging_quality",
+    "human_action",
+    "temporal_style",
+    "overall_consistency",
+)
+
+# VBench dimensions that `VBench.build_full_info_json(mode="custom_input")` rejects (vbench/__init__.py):
+# they need VBench's own prompt suite with its auxiliary info (object names, colours, scenes, styles).
+CUSTOM_INPUT_UNSUPPORTED: tuple[str, ...] = (
+    "object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style",
+)
+
+DESCRIPTIONS: dict[str, str] = {
+    "subject_consistency": "VBench: DINO ViT-B/16 feature similarity to the first and previous frame",
+    "background_consistency": "VBench: CLIP ViT-B/32 feature similarity to the first and previous frame",
+    "temporal_flickering": "VBench formula, no static filter: (255 - mean |frame_t - frame_t+1|) / 255 on the mp4",
+    "motion_smoothness": "VBench: AMT-S frame-interpolation error of the odd frames",
+    "dynamic_degree": "VBench: RAFT optical flow says whether the video moves (1.0) or not (0.0)",
+    "aesthetic_quality": "VBench: LAION aesthetic predictor on CLIP ViT-L/14 features, /10",
+    "imaging_quality": "VBench: MUSIQ (SPAQ) per-frame quality, /100",
+    "human_action": "VBench: UMT Kinetics-400 top-5 contains the action named in the prompt (1.0/0.0)",
+    "temporal_style": "VBench: ViCLIP video-text similarity",
+    "overall_consistency": "VBench: ViCLIP video-text similarity",
+}
+
+# Python modules each dimension imports (beyond torch/torchvision/numpy). `vbench` itself imports
+# decord at import time; cv2 is used by the video readers.
+_COMMON_DEPS: tuple[str, ...] = ("vbench", "decord", "cv2")
+DIMENSION_DEPS: dict[str, tuple[str, ...]] = {
+    "subject_consistency": (),
+    "background_consistency": ("clip", "ftfy", "regex"),
+    "temporal_flickering": (),
+    "motion_smoothness": ("omegaconf", "yaml"),
+    "dynamic_degree": ("easydict", "scipy"),
+    "aesthetic_quality": ("clip", "ftfy", "regex"),
+    "imaging_quality": ("pyiqa", "scipy", "yaml"),
+    "human_action": ("timm", "einops"),
+    "temporal_style": ("einops", "ftfy", "regex", "timm"),
+    "overall_consistency": ("einops", "ftfy", "regex", "timm"),
+}
+
+INSTALL_HINT = "scripts/install-vbench.sh"
+WORKER_MODULE = "lowbit_video.metrics.vbench_worker"
+TIMEOUT_ENV = "LOWBIT_VIDEO_VBENCH_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class VBenchVideo:
+    key: str          # caller's id for the video (e.g. the run dir); results are keyed by it
+    mp4: Path         # the video VBench reads
+    prompt: str       # its text prompt (used by human_action / temporal_style / overall_consistency)
+
+
+def unavailable(reason: str) -> dict[str, str]:
+    """The value of a metric that could not be computed: {"unavailable": "<one line>"}."""
+    line = " ".join(str(reason).split()) or "unknown error"
+    return {"unavailable": line[:400]}
+
+
+def _missing_modules(mods: Sequence[str]) -> list[str]:
+    missing = []
+    for mod in mods:
+        try:
+            if importlib.util.find_spec(mod) is None:
+                missing.append(mod)
+        except (ImportError, ValueError):
+            missing.append(mod)
+    return missing
+
+
+def _weights_reason(dim: str, root: Path, allow_unverified: bool) -> str | None:
+    from dataclasses import replace
+
+    from . import weights
+
+    manifest = weights.MANIFEST
+    if allow_unverified:
+        # Random-weight smoke tests only (never set by the CLI): files must still exist under their real
+        # names, but their hash and size are not checked.
+        manifest = tuple(replace(w, sha256=None, size=None) for w in manifest)
+    return weights.missing_for(dim, root, manifest)
+
+
+def dimension_unavailable(dim: str, root: str | os.PathLike, *, allow_unverified_weights: bool = False) -> str | None:
+    """None when `dim` can be scored with the weights under `root` and the installed packages; else a
+    one-line reason (unsupported in custom_input mode, missing python packages, missing/bad weight files).
+
+    `allow_unverified_weights` accepts weight files whose hash or size does not match the manifest. It
+    exists for the random-weight smoke tests of the real code paths; the CLI never sets it.
+    """
+    if dim in CUSTOM_INPUT_UNSUPPORTED:
+        return (f"VBench custom_input mode does not support {dim} (it needs VBench's own prompt suite "
+                "and its auxiliary info)")
+    if dim not in VBENCH_DIMENSIONS:
+        return f"unknown VBench dimension {dim!r}"
+    missing = _missing_modules(_COMMON_DEPS + DIMENSION_DEPS[dim])
+    if missing:
+        return f"missing python packages: {', '.join(missing)} (install the VBench stack: {INSTALL_HINT})"
+    return _weights_reason(dim, Path(root), allow_unverified_weights)
+
+
+def _default_timeout(n_videos: int, n_dims: int) -> float:
+    env = os.environ.get(TIMEOUT_ENV)
+    if env:
+        try:
+            return float(env)
+        except ValueError:
+            pass
+    return 300.0 + 120.0 * max(1, n_videos) * max(1, n_dims)
+
+
+def _error_line(stderr: str) -> str:
+    """The most informative single line of a worker's stderr: the last exception line if any."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        head = ln.split(":", 1)[0]
+        if head.endswith(("Error", "Exception", "Interrupt", "Exit")) and " " not in head:
+            return ln
+    return lines[-1] if lines else "no error output"
+
+
+def _clean(value: Any) -> float | dict:
+    if isinstance(value, dict) and "unavailable" in value:
+        return unavailable(value["unavailable"])
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        v = float(value)
+        return v if math.isfinite(v) else unavailable(f"non-finite score ({v})")
+    return unavailable(f"unexpected VBench result {str(value)[:80]!r}")
+
+
+def score_videos(
+    videos: Sequence[VBenchVideo],
+    dimensions: Sequence[str],
+    root: str | os.PathLike,
+    *,
+    timeout: float | None = None,
+    device: str | None = None,
+    allow_unverified_weights: bool = False,
+) -> dict[str, dict[str, float | dict]]:
+    """Score every video on every dimension: {video.key: {dim: float | {"unavailable": reason}}}.
+
+    Dimensions that cannot run (see `dimension_unavailable`) are reported without starting anything;
+    the rest run in ONE worker subprocess for all videos. A worker crash or timeout becomes
+    {"unavailable": "<one line>"} for each affected video and dimension.
+    """
+    root = Path(root).expanduser().resolve()
+    dims = list(dict.fromkeys(dimensions))
+    keys = [v.key for v in videos]
+    if len(set(keys)) != len(keys):
+        raise ValueError("VBenchVideo keys must be unique")
+    results: dict[str, dict[str, float | dict]] = {v.key: {} for v in videos}
+
+    runnable: list[str] = []
+    for dim in dims:
+        reason = dimension_unavailable(dim, root, allow_unverified_weights=allow_unverified_weights)
+        if reason is None:
+            runnable.append(dim)
+        else:
+            for v in videos:
+                results[v.key][dim] = unavailable(reason)
+
+    todo = []
+    for v in videos:
+        mp4 = Path(v.mp4)
+        if mp4.is_file():
+            todo.append(v)
+        else:
+            for dim in runnable:
+                results[v.key][dim] = unavailable(f"no video file {mp4.name}")
+
+    if runnable and todo:
+        worker = _run_worker(todo, runnable, root, timeout=timeout, device=device)
+        for v in todo:
+            for dim in runnable:
+                if "error" in worker:
+                    results[v.key][dim] = unavailable(worker["error"])
+                else:
+                    value = worker["scores"].get(v.key, {}).get(dim)
+                    results[v.key][dim] = (_clean(value) if value is not None
+                                           else unavailable("VBench returned no score for this video"))
+    # keep the caller's dimension order
+    return {k: {d: r[d] for d in dims} for k, r in results.items()}
+
+
+def _run_worker(videos: Sequence[VBenchVideo], dims: Sequence[str], root: Path, *,
+                timeout: float | None, device: str | None) -> dict:
+    """Run the worker once; returns its output dict, or {"error": "<one line>"}."""
+    limit = timeout if timeout is not None else _default_timeout(len(videos), len(dims))
+    with tempfile.TemporaryDirectory(prefix="lowbit-vbench-") as tmp:
+        req = Path(tmp) / "request.json"
+        out = Path(tmp) / "result.json"
+        req.write_text(json.dumps({
+            "root": str(root),
+            "dimensions": list(dims),
+            "videos": [{"key": v.key, "mp4": str(Path(v.mp4).resolve()), "prompt": v.prompt} for v in videos],
+            "device": device,
+        }))
+        env = dict(os.environ)
+        env.update({
+            "VBENCH_CACHE_DIR": str(root / "vbench"),   # the worker re-points it at its overlay of this
+            "TORCH_HOME": str(root / "torch"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        })
+        cmd = [sys.executable, "-m", WORKER_MODULE, "--request", str(req), "--output", str(out)]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return {"error": f"VBench worker timed out after {limit:.0f} s (set {TIMEOUT_ENV} to allow longer)"}
+        except OSError as exc:
+            return {"error": f"could not start the VBench worker: {exc}"}
+        if proc.returncode != 0 or not out.is_file():
+            return {"error": f"VBench worker failed (exit {proc.returncode}): {_error_line(proc.stderr)}"}
+        try:
+            data = json.loads(out.read_text())
+        except ValueError as exc:
+            return {"error": f"VBench worker wrote unreadable output: {exc}"}
+        if not isinstance(data, dict) or not isinstance(data.get("scores"), dict):
+            return {"error": "VBench worker wrote no scores"}
+        return data

@@ -1,0 +1,243 @@
+"""The weights manifest: every file a learned metric needs, where it lives, and whether it is usable.
+
+Why a manifest: LPIPS and VBench would otherwise fetch their weights from the network at first use
+(torchvision's hub cache, VBench's `wget`), or -- worse -- silently run with random weights. Here
+weights are never downloaded: the user places the files under one *weights root* and each metric
+is computed only when all of its files are present and, where a hash is known, verified. Anything
+else makes the metric unavailable with a reason naming the file.
+
+Layout under the root (see ../shared/notes/evaluation-offline.md §6):
+
+* `torch/`  is used as TORCH_HOME: `torch/hub/checkpoints/<name>-<sha256[:8]>.pth` (torchvision's
+  own naming; torchvision trusts any file there, so the hash is checked here instead);
+* `vbench/` is used as VBENCH_CACHE_DIR: `clip_model/`, `amt_model/`, `raft_model/models/`, ...
+
+The root is `--weights-dir`, else $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights.
+
+Hashing multi-GB files on every command would be slow, so a file's sha256 is cached in
+`<root>/.verified.json` keyed by (path, size, mtime_ns): replacing or touching a file re-hashes it.
+Files without a known hash are only checked for existence (and size, where known); nothing is hashed
+for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+ENV_VAR = "LOWBIT_VIDEO_WEIGHTS_DIR"
+DEFAULT_ROOT = Path("~/.cache/lowbit-video/weights")
+CACHE_NAME = ".verified.json"
+STATES = ("present", "missing", "bad-hash", "bad-size")
+
+
+@dataclass(frozen=True)
+class WeightFile:
+    """One file (or folder, kind "dir") of the manifest. `sha256`: the full hex digest or a prefix of
+    at least 8 characters (torchvision names carry one); None when no hash is known. `source` is
+    documentation for the user -- it is never fetched."""
+
+    key: str
+    relpath: str
+    used_by: tuple[str, ...]
+    sha256: str | None
+    size: int | None
+    source: str
+    kind: str = "file"
+
+
+@dataclass
+class FileStatus:
+    """What `check` found for one manifest entry. `found_sha256` is the file's digest when it was
+    hashed (only files with a known hash are hashed); `found_size` its size when present."""
+
+    key: str
+    path: Path
+    state: str
+    detail: str
+    used_by: tuple[str, ...]
+    expected_sha256: str | None
+    expected_size: int | None
+    source: str
+    relpath: str = ""
+    found_sha256: str | None = None
+    found_size: int | None = None
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "path": str(self.path), "relpath": self.relpath, "state": self.state,
+                "detail": self.detail, "used_by": list(self.used_by), "sha256": self.expected_sha256,
+                "size": self.expected_size, "source": self.source,
+                "found": None if self.state == "missing" else {"size": self.found_size, "sha256": self.found_sha256}}
+
+
+_HF_USED = "HF OpenGVLab/VBench_Used_Models"
+MANIFEST: tuple[WeightFile, ...] = (
+    WeightFile("lpips-alexnet", "torch/hub/checkpoints/alexnet-owt-7be5be79.pth", ("lpips",), "7be5be79", None,
+               "torchvision AlexNet IMAGENET1K_V1 (download.pytorch.org/models/alexnet-owt-7be5be79.pth); "
+               "LPIPS's linear heads ship inside the lpips wheel"),
+    WeightFile("dino-vitb16", "torch/hub/checkpoints/dino_vitbase16_pretrain.pth", ("subject_consistency",), None, None,
+               "facebookresearch/dino: dino_vitbase16_pretrain.pth (DINO ViT-B/16)"),
+    WeightFile("dino-hub-code", "vbench/dino_model/facebookresearch_dino_main", ("subject_consistency",), None, None,
+               "a checkout of github.com/facebookresearch/dino (main), for torch.hub's local load", kind="dir"),
+    WeightFile("clip-vit-b-32", "vbench/clip_model/ViT-B-32.pt", ("background_consistency",),
+               "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af", None, "OpenAI CLIP ViT-B/32 (TorchScript .pt)"),
+    WeightFile("clip-vit-l-14", "vbench/clip_model/ViT-L-14.pt", ("aesthetic_quality",),
+               "b8cca3fd41ae0c99ba7e8951adf17d267cdb84cd88be6f7c2e0eca1737a03836", None, "OpenAI CLIP ViT-L/14 (TorchScript .pt)"),
+    WeightFile("aesthetic-head", "vbench/aesthetic_model/emb_reader/sa_0_4_vit_l_14_linear.pth", ("aesthetic_quality",),
+               None, None, "LAION-AI/aesthetic-predictor sa_0_4_vit_l_14_linear.pth"),
+    WeightFile("amt-s", "vbench/amt_model/amt-s.pth", ("motion_smoothness",), None, None, "HF lalala125/AMT amt-s.pth"),
+    WeightFile("raft-things", "vbench/raft_model/models/raft-things.pth", ("dynamic_degree",), None, None,
+               "RAFT release models.zip: raft-things.pth"),
+    WeightFile("musiq-spaq", "vbench/pyiqa_model/musiq_spaq_ckpt-358bb6af.pth", ("imaging_quality",), "358bb6af", None,
+               "chaofengc/IQA-PyTorch release v0.1-weights: musiq_spaq_ckpt-358bb6af.pth (prefix from the file name)"),
+    WeightFile("umt-l16-k400", "vbench/umt_model/l16_ptk710_ftk710_ftk400_f16_res224.pth", ("human_action",), None, None,
+               _HF_USED),
+    WeightFile("viclip", "vbench/ViCLIP/ViClip-InternVid-10M-FLT.pth", ("temporal_style", "overall_consistency"), None,
+               None, _HF_USED),
+    # Optional (used_by empty): when the root lacks it, the VBench worker links the identical file that
+    # ships in the openai-clip package; listed so that a user-supplied copy is visible in `weights check`.
+    WeightFile("viclip-bpe", "vbench/ViCLIP/bpe_simple_vocab_16e6.txt.gz", (), None, None,
+               "optional: openai/CLIP clip/bpe_simple_vocab_16e6.txt.gz; when absent the copy inside the "
+               "openai-clip package is used"),
+    WeightFile("grit-b", "vbench/grit_model/grit_b_densecap_objectdet.pth",
+               ("object_class", "multiple_objects", "color", "spatial_relationship"), None, None,
+               "GRiT release grit_b_densecap_objectdet.pth (" + _HF_USED + "); needs detectron2"),
+    WeightFile("tag2text", "vbench/caption_model/tag2text_swin_14m.pth", ("scene",), None, None,
+               "HF xinyu1205/recognize-anything tag2text_swin_14m.pth"),
+)
+
+
+# ------------------------------------------------------------------------------------ the root
+
+
+def weights_root(cli_value: str | os.PathLike | None = None) -> Path:
+    """--weights-dir > $LOWBIT_VIDEO_WEIGHTS_DIR > ~/.cache/lowbit-video/weights (never created here)."""
+    value = cli_value if cli_value not in (None, "") else os.environ.get(ENV_VAR) or None
+    return Path(value).expanduser() if value is not None else DEFAULT_ROOT.expanduser()
+
+
+def _manifest(manifest: Sequence[WeightFile] | None) -> Sequence[WeightFile]:
+    """`manifest`, or the module's MANIFEST looked up at call time (tests may replace it)."""
+    return MANIFEST if manifest is None else manifest
+
+
+def entries_for(metric: str, manifest: Sequence[WeightFile] | None = None) -> list[WeightFile]:
+    """The manifest entries a metric uses."""
+    return [w for w in _manifest(manifest) if metric in w.used_by]
+
+
+# ------------------------------------------------------------------------------------- hashing
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _HashCache:
+    """sha256 by (resolved path, size, mtime_ns), persisted in <root>/.verified.json. A root that is
+    not writable simply means re-hashing in the next process (within one, `_memory` remembers)."""
+
+    _memory: dict = {}
+
+    def __init__(self, root: Path) -> None:
+        self.file = root / CACHE_NAME
+        try:
+            data = json.loads(self.file.read_text())
+            self.entries: dict = data.get("files", {}) if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            self.entries = {}
+        self.dirty = False
+
+    def sha256(self, path: Path) -> str:
+        st = path.stat()
+        key = str(path.resolve())
+        for hit in (self.entries.get(key), self._memory.get(key)):
+            if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+                if hit is not self.entries.get(key):
+                    self.entries[key], self.dirty = hit, True
+                return str(hit["sha256"])
+        digest = _file_sha256(path)
+        self.entries[key] = self._memory[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        self.dirty = True
+        return digest
+
+    def save(self) -> None:
+        if not self.dirty or not self.file.parent.is_dir():
+            return
+        from ..runstore import atomic_write_json
+
+        try:
+            atomic_write_json(self.file, {"format": "lowbit-video verified weights", "files": self.entries})
+        except OSError:
+            pass
+
+
+# -------------------------------------------------------------------------------------- checks
+
+
+def _status(w: WeightFile, root: Path, cache: _HashCache) -> FileStatus:
+    path = root / w.relpath
+    st = FileStatus(w.key, path, "missing", "", w.used_by, w.sha256, w.size, w.source, w.relpath)
+    if w.kind == "dir":
+        if path.is_dir() and any(path.iterdir()):
+            st.state, st.detail = "present", "folder present (contents not verified)"
+        else:
+            st.detail = f"folder not found; source: {w.source}"
+        return st
+    if not path.is_file():
+        st.detail = f"not found; source: {w.source}"
+        return st
+    st.found_size = path.stat().st_size
+    if w.size is not None and st.found_size != w.size:
+        st.state, st.detail = "bad-size", f"{w.relpath}: {st.found_size} bytes, expected {w.size}"
+        return st
+    if w.sha256 is None:
+        st.state, st.detail = "present", "present (no known hash; not verified)"
+        return st
+    try:
+        st.found_sha256 = cache.sha256(path)
+    except OSError as e:
+        st.state, st.detail = "bad-hash", f"{w.relpath}: unreadable ({e.strerror or e})"
+        return st
+    if st.found_sha256.startswith(w.sha256.lower()):
+        st.state, st.detail = "present", "sha256 verified"
+    else:
+        st.state = "bad-hash"
+        st.detail = f"{w.relpath}: sha256 {st.found_sha256[:16]}... does not match the expected {w.sha256[:16]}"
+    return st
+
+
+def check(root: str | os.PathLike, manifest: Sequence[WeightFile] | None = None,
+          keys: Iterable[str] | None = None) -> list[FileStatus]:
+    """Status of every manifest entry (or only `keys`) under `root`, in manifest order."""
+    root = Path(root)
+    wanted = None if keys is None else set(keys)
+    cache = _HashCache(root)
+    try:
+        return [_status(w, root, cache) for w in _manifest(manifest) if wanted is None or w.key in wanted]
+    finally:
+        cache.save()
+
+
+def missing_for(metric: str, root: str | os.PathLike, manifest: Sequence[WeightFile] | None = None) -> str | None:
+    """None when every file `metric` uses is present and verified; else one line naming the file(s)."""
+    entries = entries_for(metric, manifest)
+    if not entries:
+        return None
+    bad = [s for s in check(root, manifest, keys=[w.key for w in entries]) if s.state != "present"]
+    if not bad:
+        return None
+    parts = [s.detail if s.state != "missing" else f"missing {s.relpath}" for s in bad]
+    return f"{'; '.join(parts)} (weights root {Path(root)})"
+
+
+__all__ = ["CACHE_NAME", "ENV_VAR", "FileStatus", "MANIFEST", "WeightFile", "check", "entries_for",
+           "missing_for", "weights_root"]
