@@ -1,15 +1,161 @@
-"""`lowbit-video ablate` (placeholder until the evaluation issue lands; replaced by its owner)."""
+"""`lowbit-video ablate`: run an ablation study of recipes/ablations/ (or list them)."""
 
 from __future__ import annotations
 
-import sys
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
 
+def _seeds(values: list[str] | None) -> list[int] | None:
+    from .errors import UserError
+
+    if not values:
+        return None
+    seeds = []
+    for v in values:
+        for part in str(v).replace(",", " ").split():
+            try:
+                s = int(part)
+            except ValueError:
+                raise UserError(f"--seeds: expected non-negative integers, got {part!r}") from None
+            if s < 0 or s >= 2**63:
+                raise UserError(f"--seeds: seeds must be integers in [0, 2^63), got {s}")
+            seeds.append(s)
+    return seeds
+
+
+class _CliReporter:
+    """Stages as rich progress bars on stderr; generate's own bars for the runs."""
+
+    def __init__(self, quiet: bool) -> None:
+        from .cli import _progress, err
+
+        self.quiet = quiet
+        self.progress = _progress(disable=quiet or not err.is_terminal)
+        self.task = None
+        self.started = False
+        self._err = err
+
+    def generate_reporter(self) -> Any:
+        from .cli import _RichReporter
+
+        return _RichReporter(quiet=self.quiet) if not self.quiet else _Silent()
+
+    def stage(self, description: str, total: int) -> None:
+        if not self.started:
+            self.progress.start()
+            self.started = True
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        self.task = self.progress.add_task(description, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task, n)
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            self._err.print(message, highlight=False, markup=False)
+
+    def done(self) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+
+    def close(self) -> None:
+        if self.started:
+            self.progress.stop()
+
+
+class _Silent:
+    def __getattr__(self, name: str):
+        return lambda *a, **k: None
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("ablate", help="(Not available yet: lands with the evaluation issue (#5).)",
-                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def command(ctx: typer.Context) -> None:
-        print("error: `lowbit-video ablate` is not available yet; it lands with the evaluation issue (#5)", file=sys.stderr)
-        raise typer.Exit(2)
+    from .cli import JsonOpt, _GreedyCommand, err, out, print_json, user_errors
+
+    class _AblateCommand(_GreedyCommand):
+        greedy = ("--seeds",)
+
+    @app.command("ablate", cls=_AblateCommand)
+    @user_errors
+    def ablate(
+        study: Optional[str] = typer.Argument(None, help="Study name (see --list) or a study TOML file."),
+        list_: bool = typer.Option(False, "--list", help="List the studies (name, description, file) and exit."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: the study's)."),
+        prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt file (default: the study's)."),
+        seeds: Optional[list[str]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: the study's)."),
+        steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the study's, else the model's)."),
+        out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: runs as `generate --out`, captures under captures/, the study's .md/.json/.png at the top."),
+        device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+        weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help="Metric weights folder (table3; see `lowbit-video weights check`)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or notes."),
+        as_json: bool = JsonOpt,
+    ) -> None:
+        """Run an ablation study: generate what is missing, score it, write <out>/<study>.md and .json (and plots).
+
+        Studies: table3 (the MXAttention paper's Table 3: Full / w/o UOS / w/o PNQ and UOS / OCP MXFP4, fully 4-bit),
+        qmax-sweep (Table 4: per-block MSE-optimal Q_max on captured Q/K/V), rowsum (Figure 7: row sums of MXFP4-quantized
+        attention probabilities). Complete runs and captures are reused, so a rerun only writes the outputs again.
+        """
+        from .ablate import AblateOptions, list_studies, run_study
+        from .errors import UserError
+
+        if list_:
+            rows = [s.row() for s in list_studies()]
+            if as_json:
+                print_json({"studies": rows})
+                return
+            from rich.table import Table
+
+            table = Table(title="ablation studies (recipes/ablations/)")
+            for col in ("name", "kind", "description", "file"):
+                table.add_column(col, overflow="fold")
+            for r in rows:
+                table.add_row(r["name"], r["kind"], r["description"], _short(r["file"]))
+            out.print(table)
+            return
+        if not study:
+            raise UserError("name a study (see `lowbit-video ablate --list`)")
+        if steps is not None and steps <= 0:
+            raise UserError(f"--steps must be positive, got {steps}")
+        opts = AblateOptions(model=model, prompts=prompts, seeds=_seeds(seeds), steps=steps, out=str(out_dir),
+                             device=device, weights_dir=weights_dir)
+        reporter = _CliReporter(quiet)
+        try:
+            result = run_study(study, opts, reporter)
+        finally:
+            reporter.close()
+        if as_json:
+            print_json(result)
+            return
+        md = Path(result["files"][0])
+        if md.name == "table3.md":
+            out.print(md.read_text(), highlight=False, markup=False)
+        else:
+            _summary(result)
+        err.print("wrote " + ", ".join(_short(f) for f in result["files"]), highlight=False, markup=False)
+
+
+def _summary(res: dict) -> None:
+    from .cli import out
+
+    if "distribution" in res:
+        for t, d in res["distribution"].items():
+            cells = "  ".join(f"{b}: {d[b]:5.1f}%" for b in res["bins"])
+            out.print(f"{res['model']} {t.upper()}  {cells}  (n = {d['n']})", highlight=False, markup=False)
+    elif "average" in res:
+        a = res["average"]
+        out.print(f"mean row sum {a['mean_row_sum']:.4f} (paper 0.9266); zeroing {a['zeroing']:+.4f}, saturation "
+                  f"{a['saturation']:+.4f}, rounding down {a['rounding_down']:+.4f}, rounding up {a['rounding_up']:+.4f}; "
+                  f"PNQ max |row sum - 1| = {res['pnq']['rowsum_dev_max']:.3g}", highlight=False, markup=False)
+
+
+def _short(p: str) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return p

@@ -1,0 +1,137 @@
+"""What every study shares: the resolved options, progress hooks, atomic output writers."""
+
+from __future__ import annotations
+
+import io
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import runstore
+from ..errors import UserError
+from .studies import Study
+
+DEFAULT_OUT = "runs"
+
+
+@dataclass(frozen=True)
+class AblateOptions:
+    """CLI overrides (None: the study's [run] defaults). height/width/frames: library-only (tests)."""
+
+    model: str | None = None
+    prompts: str | None = None
+    seeds: Sequence[int] | None = None
+    steps: int | None = None
+    out: str = DEFAULT_OUT
+    device: str = "cpu"
+    weights_dir: str | None = None
+    height: int | None = None
+    width: int | None = None
+    frames: int | None = None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A study's effective settings."""
+
+    model: str
+    prompts: str
+    seeds: tuple[int, ...]
+    steps: int | None  # None: the model's default
+    out: Path
+    device: str
+    weights_dir: str | None
+    size: dict = field(default_factory=dict)  # height/width/frames overrides (tests)
+
+
+def resolve(study: Study, opts: AblateOptions) -> Resolved:
+    seeds = tuple(opts.seeds) if opts.seeds else study.run.seeds
+    bad = [s for s in seeds if not isinstance(s, int) or s < 0]
+    if bad:
+        raise UserError(f"--seeds: seeds must be non-negative integers, got {bad[0]!r}")
+    steps = opts.steps if opts.steps is not None else (study.run.steps or None)
+    if steps is not None and steps <= 0:
+        raise UserError(f"--steps must be positive, got {steps}")
+    size = {k: v for k, v in (("height", opts.height), ("width", opts.width), ("frames", opts.frames)) if v}
+    return Resolved(model=opts.model or study.run.model, prompts=opts.prompts or study.run.prompts,
+                    seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=opts.device,
+                    weights_dir=opts.weights_dir, size=size)
+
+
+def command(study: Study, r: Resolved) -> str:
+    """The command line that reproduces this output."""
+    from .studies import available_studies
+
+    known = available_studies().get(study.name)
+    name = study.name if known is not None and known.resolve() == Path(study.file).resolve() else study.file
+    args = ["lowbit-video", "ablate", name, "--model", r.model, "--prompts", r.prompts,
+            "--seeds", *map(str, r.seeds)]
+    if r.steps is not None:
+        args += ["--steps", str(r.steps)]
+    args += ["--out", str(r.out)]
+    if r.device != "cpu":
+        args += ["--device", r.device]
+    if r.weights_dir:
+        args += ["--weights-dir", r.weights_dir]
+    return shlex.join(args)
+
+
+class Reporter:
+    """Progress hooks (no-ops; the CLI draws rich bars on stderr)."""
+
+    def generate_reporter(self) -> Any:
+        from ..generate import Reporter as GenReporter
+
+        return GenReporter()
+
+    def stage(self, description: str, total: int) -> None: ...
+    def advance(self, n: int = 1) -> None: ...
+    def note(self, message: str) -> None: ...
+    def done(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------------ writing
+
+
+def write_text(path: Path, text: str) -> None:
+    runstore.atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    runstore.atomic_write_json(path, obj)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """A matplotlib figure as PNG, atomically."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    runstore.atomic_write_bytes(path, buf.getvalue())
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> str:
+    align = align or ["l"] + ["r"] * (len(header) - 1)
+    sep = ["---:" if a == "r" else ":---:" if a == "c" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def finite(x: float) -> float | dict:
+    """x, or {"unavailable": ...} when it is NaN or infinite (JSON never holds NaN)."""
+    import math
+
+    x = float(x)
+    return x if math.isfinite(x) else {"unavailable": f"non-finite value ({x})"}

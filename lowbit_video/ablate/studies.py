@@ -1,0 +1,329 @@
+"""Ablation studies are data: recipes/ablations/<name>.toml, loaded into frozen, validated objects.
+
+A study file names its `kind` (table3, qmax-sweep or rowsum), the run defaults the CLI options
+override ([run]), the kind's own table ([table3], [qmax], [rowsum]; [capture] for the two studies
+that read captured Q/K/V) and the paper's numbers for reference ([[paper]] rows, copied into the
+output as they are). `include = "base/x.toml"` merges a base file first (the including file wins),
+exactly as recipes do; files under base/ are not studies. Problems are one-line errors naming the
+file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import UserError
+from ..recipes import _read_with_includes, _Where  # the recipes' include/merge and key-naming validation
+
+KINDS = ("table3", "qmax-sweep", "rowsum")
+TENSORS = ("q", "k", "v")
+TIE_RULES = ("smallest", "largest")
+MX_RULES = ("ocp", "tfs", "uos")
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """What to run when the CLI does not say: model, prompt file, seeds, steps (0 = the model's)."""
+
+    model: str = "tiny-shapes"
+    prompts: str = "prompts/shapes.txt"
+    seeds: tuple[int, ...] = (0,)
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class CaptureParams:
+    """Which captured Q/K/V a mechanism study reads: made by `recipe` at denoising step `step`,
+    for `blocks` (empty = every attention block)."""
+
+    recipe: str = "fp16"
+    step: int = 0
+    blocks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Table3Row:
+    config: str
+    recipe: str
+    hadamard: bool
+    pnq: bool
+    uos: bool
+
+
+@dataclass(frozen=True)
+class Table3Params:
+    baseline: str
+    rows: tuple[Table3Row, ...]
+    metrics: tuple[str, ...]  # columns, in order (metric registry names)
+
+
+@dataclass(frozen=True)
+class QBin:
+    """A bin of Q_max values in hundredths: lo <= q <= hi (None = unbounded)."""
+
+    label: str
+    lo: int | None
+    hi: int | None
+
+    def holds(self, hundredths: int) -> bool:
+        return (self.lo is None or hundredths >= self.lo) and (self.hi is None or hundredths <= self.hi)
+
+
+@dataclass(frozen=True)
+class QmaxParams:
+    grid: tuple[int, ...]  # Q_max values in hundredths (exact decimals: 600 = 6.00)
+    bins: tuple[QBin, ...]
+    tensors: tuple[str, ...]
+    rotation_recipe: str  # whose fixed Q/K rotation is applied before quantizing Q and K
+    tie_rule: str
+    block: int
+    capture: CaptureParams
+
+
+@dataclass(frozen=True)
+class RowsumParams:
+    rule: str
+    qmax: float
+    block: int
+    entropy_threshold: float  # nats
+    representative_block: int  # negative: from the end
+    scaling_rows: int  # query rows per head used for the global-scaling search (0 = all)
+    pnq_recipe: str
+    direct_recipe: str
+    capture: CaptureParams
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    kind: str
+    description: str
+    file: str
+    run: RunDefaults
+    params: Table3Params | QmaxParams | RowsumParams
+    paper: str = ""
+    paper_rows: tuple[Mapping[str, Any], ...] = ()
+    notes: str = ""
+
+    def row(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "description": self.description, "file": self.file}
+
+
+# ----------------------------------------------------------------------------------------- finding
+
+
+def study_dirs() -> list[Path]:
+    """ablations/ under each recipe folder: $LOWBIT_VIDEO_RECIPES entries first, then recipes/."""
+    from ..recipes import recipe_dirs
+
+    return [d / "ablations" for d in recipe_dirs()]
+
+
+def available_studies() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in study_dirs():
+        if d.is_dir():
+            for path in sorted(d.glob("*.toml")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def list_studies() -> list[Study]:
+    return [load_study(p) for p in available_studies().values()]
+
+
+def load_study(name_or_path: str | os.PathLike) -> Study:
+    text = str(name_or_path)
+    path = Path(text)
+    if text.endswith(".toml"):
+        if not path.is_file():
+            raise UserError(f"{text}: no such study file")
+        return study_from_file(path)
+    known = available_studies()
+    if text not in known:
+        raise UserError(f"unknown study {text!r}; known studies: {', '.join(sorted(known)) or 'none'}")
+    return study_from_file(known[text])
+
+
+def study_from_file(path: Path) -> Study:
+    data = _read_with_includes(Path(path), seen=())
+    return study_from_dict(data, source=str(path), default_name=Path(path).stem)
+
+
+# --------------------------------------------------------------------------------------- validation
+
+_TOP = {"name", "kind", "description", "paper", "notes", "run", "table3", "qmax", "rowsum", "capture", "paper_rows"}
+_SECTION = {"table3": "table3", "qmax-sweep": "qmax", "rowsum": "rowsum"}
+
+
+def study_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", default_name: str = "") -> Study:
+    w = _Where(source)
+    top = w.table(data, "", _TOP)
+    kind = w.choice(top, "kind", KINDS, "", "")
+    for other in set(_SECTION.values()) - {_SECTION[kind]}:
+        if other in top:
+            raise w.error(other, f"does not apply to kind {kind!r}")
+    if kind == "table3" and "capture" in top:
+        raise w.error("capture", "does not apply to kind 'table3'")
+    name = w.scalar(top, "name", str, default_name)
+    if not name:
+        raise w.error("name", "must be a non-empty string")
+    section = top.get(_SECTION[kind], {})
+    if kind == "table3":
+        params: Any = _table3(w, section)
+    elif kind == "qmax-sweep":
+        params = _qmax(w, section, _capture(w, top.get("capture", {})))
+    else:
+        params = _rowsum(w, section, _capture(w, top.get("capture", {})))
+    rows = top.get("paper_rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+        raise w.error("paper_rows", "expected an array of tables ([[paper_rows]])")
+    return Study(name=name, kind=kind, description=w.scalar(top, "description", str, ""), file=source,
+                 run=_run(w, top.get("run", {})), params=params, paper=w.scalar(top, "paper", str, ""),
+                 paper_rows=tuple(dict(r) for r in rows), notes=w.scalar(top, "notes", str, ""))
+
+
+def _run(w: _Where, raw: Any) -> RunDefaults:
+    p = "run."
+    t = w.table(raw, p, {"model", "prompts", "seeds", "steps"})
+    seeds = w.int_list(t, "seeds", p) if "seeds" in t else (0,)
+    if not seeds or any(s < 0 for s in seeds):
+        raise w.error(p + "seeds", "expected a non-empty list of non-negative integers")
+    steps = w.scalar(t, "steps", int, 0, p)
+    if steps < 0:
+        raise w.error(p + "steps", "must be >= 0 (0: the model's default)")
+    return RunDefaults(model=w.scalar(t, "model", str, "tiny-shapes", p),
+                       prompts=w.scalar(t, "prompts", str, "prompts/shapes.txt", p), seeds=seeds, steps=steps)
+
+
+def _capture(w: _Where, raw: Any) -> CaptureParams:
+    p = "capture."
+    t = w.table(raw, p, {"recipe", "step", "blocks"})
+    step = w.scalar(t, "step", int, 0, p)
+    if step < 0:
+        raise w.error(p + "step", "must be >= 0")
+    return CaptureParams(recipe=w.scalar(t, "recipe", str, "fp16", p), step=step, blocks=w.int_list(t, "blocks", p))
+
+
+def _recipe_name(w: _Where, key: str, name: str) -> str:
+    from ..recipes import load_recipe
+
+    try:
+        load_recipe(name)
+    except UserError as e:
+        raise w.error(key, str(e)) from None
+    return name
+
+
+def _table3(w: _Where, raw: Any) -> Table3Params:
+    p = "table3."
+    t = w.table(raw, p, {"baseline", "rows", "metrics"})
+    rows_raw = t.get("rows", [])
+    if not isinstance(rows_raw, list) or not rows_raw:
+        raise w.error(p + "rows", "expected a non-empty array of tables ([[table3.rows]])")
+    rows = []
+    for i, r in enumerate(rows_raw):
+        rp = f"{p}rows[{i}]."
+        rt = w.table(r, rp, {"config", "recipe", "hadamard", "pnq", "uos"})
+        for key in ("config", "recipe", "hadamard", "pnq", "uos"):
+            if key not in rt:
+                raise w.error(rp + key, "missing")
+        rows.append(Table3Row(config=w.scalar(rt, "config", str, "", rp),
+                              recipe=_recipe_name(w, rp + "recipe", w.scalar(rt, "recipe", str, "", rp)),
+                              hadamard=w.scalar(rt, "hadamard", bool, False, rp),
+                              pnq=w.scalar(rt, "pnq", bool, False, rp), uos=w.scalar(rt, "uos", bool, False, rp)))
+    for key in ("config", "recipe"):
+        values = [getattr(r, key) for r in rows]
+        if len(set(values)) != len(values):
+            raise w.error(p + "rows", f"two rows share a {key}")
+    metrics = t.get("metrics", ["subject_consistency", "imaging_quality", "aesthetic_quality", "cosine", "ssim", "psnr"])
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) and m for m in metrics):
+        raise w.error(p + "metrics", "expected a non-empty list of metric names")
+    baseline = _recipe_name(w, p + "baseline", w.scalar(t, "baseline", str, "fp16", p))
+    if baseline in {r.recipe for r in rows}:
+        raise w.error(p + "baseline", "the baseline cannot also be a row")
+    return Table3Params(baseline=baseline, rows=tuple(rows), metrics=tuple(metrics))
+
+
+def hundredths(w: _Where, key: str, value: Any) -> int:
+    """An exact decimal with at most two places ("7.25", 7.25 or 7) as an integer number of hundredths."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise w.error(key, f"expected a decimal like \"7.25\", got {value!r}")
+    try:
+        d = Decimal(str(value).strip()) * 100
+    except InvalidOperation:
+        raise w.error(key, f"expected a decimal like \"7.25\", got {value!r}") from None
+    if not d.is_finite() or d != d.to_integral_value():
+        raise w.error(key, f"{value!r} is not a multiple of 0.01")
+    return int(d)
+
+
+def fmt_q(h: int) -> str:
+    """Hundredths as the exact decimal string: 725 -> "7.25"."""
+    return f"{h // 100}.{h % 100:02d}"
+
+
+def _qmax(w: _Where, raw: Any, capture: CaptureParams) -> QmaxParams:
+    p = "qmax."
+    t = w.table(raw, p, {"q_min", "q_max", "q_step", "bins", "tensors", "rotation_recipe", "tie_rule", "block"})
+    lo, hi, step = (hundredths(w, p + k, t.get(k, d)) for k, d in (("q_min", "6.00"), ("q_max", "8.00"), ("q_step", "0.05")))
+    if not (0 < lo <= hi) or step <= 0 or (hi - lo) % step:
+        raise w.error(p + "q_step", f"need 0 < q_min <= q_max and (q_max - q_min) a multiple of q_step; got "
+                                    f"{fmt_q(lo)}, {fmt_q(hi)}, {fmt_q(step)}")
+    grid = tuple(range(lo, hi + 1, step))  # integers: no float drift
+    bins_raw = t.get("bins", ["<=7.15", "7.20", "7.25", ">=7.30"])
+    if not isinstance(bins_raw, list) or not bins_raw:
+        raise w.error(p + "bins", "expected a list like [\"<=7.15\", \"7.20\", \"7.25\", \">=7.30\"]")
+    bins = []
+    for b in bins_raw:
+        if not isinstance(b, str):
+            raise w.error(p + "bins", f"expected strings, got {b!r}")
+        s = b.replace(" ", "").replace("≤", "<=").replace("≥", ">=")
+        if s.startswith("<="):
+            bins.append(QBin(b, None, hundredths(w, p + "bins", s[2:])))
+        elif s.startswith(">="):
+            bins.append(QBin(b, hundredths(w, p + "bins", s[2:]), None))
+        else:
+            v = hundredths(w, p + "bins", s)
+            bins.append(QBin(b, v, v))
+    for q in grid:
+        n = sum(b.holds(q) for b in bins)
+        if n != 1:
+            raise w.error(p + "bins", f"Q_max {fmt_q(q)} falls in {n} bins; the bins must cover the grid exactly once")
+    tensors = t.get("tensors", list(TENSORS))
+    if not isinstance(tensors, list) or not tensors or any(x not in TENSORS for x in tensors) or len(set(tensors)) != len(tensors):
+        raise w.error(p + "tensors", f"expected distinct names from {', '.join(TENSORS)}")
+    block = w.scalar(t, "block", int, 32, p)
+    if block != 32:
+        raise w.error(p + "block", "MXFP4 blocks are 32 elements")
+    return QmaxParams(grid=grid, bins=tuple(bins), tensors=tuple(tensors),
+                      rotation_recipe=_recipe_name(w, p + "rotation_recipe", w.scalar(t, "rotation_recipe", str, "mxattention", p)),
+                      tie_rule=w.choice(t, "tie_rule", TIE_RULES, "smallest", p), block=block, capture=capture)
+
+
+def _rowsum(w: _Where, raw: Any, capture: CaptureParams) -> RowsumParams:
+    p = "rowsum."
+    t = w.table(raw, p, {"rule", "qmax", "block", "entropy_threshold", "representative_block", "scaling_rows",
+                         "pnq_recipe", "direct_recipe"})
+    rule = w.choice(t, "rule", MX_RULES, "ocp", p)
+    if "qmax" in t and rule != "uos":
+        raise w.error(p + "qmax", "only the 'uos' rule takes a qmax")
+    qmax = w.scalar(t, "qmax", float, 7.25, p)
+    if not 0 < qmax < float("inf"):
+        raise w.error(p + "qmax", "must be a positive finite number")
+    block = w.scalar(t, "block", int, 32, p)
+    if block != 32:
+        raise w.error(p + "block", "MXFP4 blocks are 32 elements")
+    rows = w.scalar(t, "scaling_rows", int, 256, p)
+    if rows < 0:
+        raise w.error(p + "scaling_rows", "must be >= 0 (0: every row)")
+    return RowsumParams(rule=rule, qmax=qmax, block=block,
+                        entropy_threshold=w.scalar(t, "entropy_threshold", float, 5.0, p),
+                        representative_block=w.scalar(t, "representative_block", int, -1, p), scaling_rows=rows,
+                        pnq_recipe=_recipe_name(w, p + "pnq_recipe", w.scalar(t, "pnq_recipe", str, "mxattention", p)),
+                        direct_recipe=_recipe_name(w, p + "direct_recipe", w.scalar(t, "direct_recipe", str, "mxfp4-ocp", p)),
+                        capture=capture)
