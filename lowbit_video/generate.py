@@ -18,6 +18,17 @@
   directory (an interrupted attempt) is cleaned (`runstore.reset_run_dir`) and generated again. A
   complete run made with different settings (steps, guidance, size, recipe contents) is an error
   rather than a silent skip: use another --out, or `overwrite=True` (--overwrite).
+* **Many processes.** Under `torchrun --nproc-per-node N -m lowbit_video generate ...` each rank
+  takes its shard of the grid (`distributed.shard_runs`: deterministic, every run on exactly one
+  rank) and writes its runs itself; rank 0 writes the manifest after a barrier. `--shard i/n`
+  (`GenerateConfig.shard`) does the same for cluster array jobs, without a process group. Resume
+  works across any number of processes: a complete run is skipped by whichever shard owns it.
+* **Manifest.** `<out>/manifest.json` (written atomically at the end, by rank 0 under torchrun,
+  by every job under --shard) lists every run asked of this folder (merged with the runs already
+  listed there) with its dir (relative to <out>) and status, `complete` or `missing`.
+* **Context parallelism.** `context_parallel="ulysses"|"ring"` with `cp_degree=K` under torchrun
+  (WORLD_SIZE = K): every rank runs every run, each on 1/K of the video tokens
+  (models/context_parallel.py); rank 0 writes the files.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from . import runstore, video_io
+from . import distributed, runstore, video_io
 from .errors import UserError
 from .recipes import Recipe, load_recipe
 
@@ -48,6 +59,8 @@ DEFAULT_OUT = "runs"
 DEFAULT_RECIPES = ("fp16",)
 FPS = 8
 META_FORMAT = 1
+MANIFEST_NAME = "manifest.json"
+CONTEXT_PARALLEL = ("ulysses", "ring")
 # Settings that must agree between a complete run on disk and the one asked for, for it to be skipped.
 REQUEST_KEYS = ("model", "recipe", "prompt", "seed", "steps", "guidance", "height", "width", "frames")
 
@@ -75,6 +88,10 @@ class GenerateConfig:
     capture_steps: Sequence[int] | None = None
     overwrite: bool = False
     fps: int = FPS
+    shard: "str | distributed.ShardSpec | None" = None  # "i/n" (array jobs); None: torchrun's RANK/WORLD_SIZE
+    context_parallel: str | None = None          # "ulysses" | "ring" (under torchrun); None: off
+    cp_degree: int | None = None                 # ranks that share one run (None: WORLD_SIZE)
+    manifest: bool = True                        # write <out>/manifest.json
 
 
 @dataclass
@@ -86,7 +103,7 @@ class Run:
     recipe: Recipe
     prompt: str
     seed: int
-    status: str = "pending"   # pending -> done | skipped
+    status: str = "pending"   # pending -> done | skipped; "other-shard": another process's run
 
     def row(self) -> dict:
         return {"dir": str(self.dir), "model": self.model, "recipe": self.recipe.name, "prompt": self.prompt,
@@ -377,14 +394,64 @@ def write_run(run: Run, clip: np.ndarray, *, meta: dict) -> dict:
     return meta
 
 
+def _shard_spec(cfg: GenerateConfig) -> "distributed.ShardSpec":
+    if isinstance(cfg.shard, distributed.ShardSpec):
+        return cfg.shard
+    return distributed.ShardSpec.from_cli_or_env(cfg.shard)
+
+
+def _check_context_parallel(cfg: GenerateConfig, spec: "distributed.ShardSpec") -> int | None:
+    """The context-parallel degree (None: off), after checking it against the launch."""
+    if cfg.context_parallel is None:
+        if cfg.cp_degree not in (None, 1):
+            raise UserError("--cp-degree needs --context-parallel ulysses|ring")
+        return None
+    if cfg.context_parallel not in CONTEXT_PARALLEL:
+        raise UserError(f"--context-parallel must be ulysses or ring, got {cfg.context_parallel!r}")
+    if cfg.shard is not None and not isinstance(cfg.shard, distributed.ShardSpec):
+        raise UserError("--context-parallel cannot be combined with --shard")
+    if not spec.launched:
+        raise UserError("--context-parallel needs several processes: launch with torchrun --nproc-per-node K "
+                        "-m lowbit_video generate ... --context-parallel ulysses --cp-degree K")
+    degree = spec.count if cfg.cp_degree is None else int(cfg.cp_degree)
+    if degree < 2:
+        raise UserError(f"--cp-degree must be at least 2, got {degree}")
+    if degree != spec.count:
+        raise UserError(f"--cp-degree {degree} must equal the number of processes (WORLD_SIZE={spec.count}); "
+                        "running several context-parallel groups at once is not supported yet")
+    if cfg.capture_dir:
+        raise UserError("--capture-qkv cannot be combined with --context-parallel (each rank sees part of the tokens)")
+    if cfg.batch not in (None, 1):
+        raise UserError("--batch cannot be combined with --context-parallel")
+    return degree
+
+
 def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: Any = None) -> dict:
-    """Run the grid. Returns {"runs": [{dir, model, recipe, prompt, seed, status}], "generated", "skipped"}.
+    """Run the grid (this process's shard of it). Returns {"runs": [{dir, model, recipe, prompt, seed,
+    status}], "generated", "skipped"}; with several shards or context parallelism also "shard",
+    "context_parallel", "manifest", "complete", "missing" (counts over the full grid, as rank 0 or
+    this array job sees them at the end).
 
     `model`: an already loaded model (tests); default: `registry.load_model` when there is work."""
-    rep = reporter or Reporter()
+    spec = _shard_spec(cfg)
+    cp_degree = _check_context_parallel(cfg, spec)
+    with distributed.process_group(spec, device=cfg.device):
+        return _generate(cfg, reporter or Reporter(), model, spec, cp_degree)
+
+
+def _generate(cfg: GenerateConfig, rep: Reporter, model: Any, spec: "distributed.ShardSpec",
+              cp_degree: int | None) -> dict:
     res = resolve(cfg)
+    device = distributed.device_for(cfg.device, spec)
+    # Context parallel: every rank runs every run (one shard); rank 0 writes.
+    work_shard = distributed.ShardSpec() if cp_degree else spec
+    writer = spec.is_main if cp_degree else True
+    mine = {id(r) for r in distributed.shard_runs(res.runs, work_shard)}
     todo: list[Run] = []
     for run in res.runs:
+        if id(run) not in mine:
+            run.status = "other-shard"
+            continue
         if not cfg.overwrite and runstore.is_complete(run.dir):
             old = (runstore.read_meta(run.dir) or {}).get("request", {})
             why = _mismatch(old, request_of(res, run))
@@ -394,16 +461,22 @@ def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: An
             run.status = "skipped"
         else:
             todo.append(run)
-    rep.planned(res.runs, len(todo))
+    if cp_degree:
+        distributed.barrier()  # every rank has planned before rank 0 writes anything
+    rep.planned([r for r in res.runs if id(r) in mine], len(todo))
 
     if todo:
         load_s = 0.0
         if model is None:
             rep.loading(res.info.name)
             t0 = time.perf_counter()
-            model = _registry().load_model(res.info.name, path=cfg.model_path, device=cfg.device)
+            model = _registry().load_model(res.info.name, path=cfg.model_path, device=device)
             load_s = time.perf_counter() - t0
             rep.loaded(res.info.name, load_s)
+        if cp_degree:
+            from .models.context_parallel import enable_context_parallel
+
+            enable_context_parallel(model, cfg.context_parallel, cp_degree)
         described = _jsonable(model.describe()) if hasattr(model, "describe") else {}
         base_meta = {
             "format": "lowbit-video run", "format_version": META_FORMAT,
@@ -412,9 +485,12 @@ def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: An
                       "weights": getattr(res.info, "weights", None), "describe": described},
             "steps": res.steps, "guidance": res.guidance,
             "size": {"height": res.height, "width": res.width, "frames": res.frames}, "fps": cfg.fps,
-            "device": cfg.device, "versions": versions(), "git_revision": git_revision(),
+            "device": device, "versions": versions(), "git_revision": git_revision(),
             "argv": list(sys.argv),
         }
+        if not spec.single or cp_degree:
+            base_meta["distributed"] = {"shard": spec.to_dict(), "context_parallel": (
+                {"mode": cfg.context_parallel, "degree": cp_degree} if cp_degree else None)}
         # batches: todo runs of one (recipe, prompt), at most `batch` seeds each; with captures on,
         # one seed per call so each run's captures have their own folder
         size = 1 if cfg.capture_dir else (cfg.batch or 1)
@@ -424,18 +500,67 @@ def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: An
         for runs in groups.values():
             for i in range(0, len(runs), size):
                 chunk = runs[i: i + size]
-                _run_batch(model, res, cfg, chunk, rep, base_meta, load_s)
+                _run_batch(model, res, cfg, chunk, rep, base_meta, load_s, write=writer)
 
-    return {"runs": [r.row() for r in res.runs], "generated": sum(r.status == "done" for r in res.runs),
-            "skipped": sum(r.status == "skipped" for r in res.runs)}
+    out = {"runs": [r.row() for r in res.runs], "generated": sum(r.status == "done" for r in res.runs),
+           "skipped": sum(r.status == "skipped" for r in res.runs)}
+    manifest = None
+    if spec.launched:
+        distributed.barrier()  # every rank's runs are written
+    if cfg.manifest and (spec.is_main or not spec.launched):
+        manifest = write_manifest(cfg.out, res, spec)
+    if not spec.single or cp_degree:
+        runs = manifest["runs"] if manifest else None
+        out.update({
+            "shard": spec.to_dict(),
+            "context_parallel": {"mode": cfg.context_parallel, "degree": cp_degree} if cp_degree else None,
+            "manifest": str(Path(cfg.out) / MANIFEST_NAME) if manifest else None,
+            "complete": sum(r["status"] == "complete" for r in runs) if runs else None,
+            "missing": sum(r["status"] == "missing" for r in runs) if runs else None,
+        })
+    return out
+
+
+def write_manifest(out_dir: str | os.PathLike, res: Resolved, spec: "distributed.ShardSpec") -> dict:
+    """Write <out>/manifest.json: every run of this grid plus those already listed (other grids asked
+    of the same folder), each {dir (relative to <out>), model, recipe, prompt, seed, status}, status
+    "complete" or "missing" as found on disk now. Atomic. Returns the manifest."""
+    root = Path(out_dir)
+    path = root / MANIFEST_NAME
+    entries: "OrderedDict[str, dict]" = OrderedDict()
+    try:
+        old = json.loads(path.read_text())
+        for e in old.get("runs", []) if isinstance(old, dict) else []:
+            if isinstance(e, dict) and isinstance(e.get("dir"), str):
+                entries[e["dir"]] = {k: e.get(k) for k in ("dir", "model", "recipe", "prompt", "seed")}
+    except (OSError, ValueError):
+        pass
+    for run in res.runs:
+        rel = os.path.relpath(run.dir, root)
+        entries[rel] = {"dir": rel, "model": run.model, "recipe": run.recipe.name, "prompt": run.prompt,
+                        "seed": run.seed}
+    runs = []
+    for rel, e in entries.items():
+        runs.append({**e, "status": "complete" if runstore.is_complete(root / rel) else "missing"})
+    manifest = {
+        "format": "lowbit-video manifest", "format_version": 1,
+        "written_by": {"shard": spec.to_dict(), "argv": list(sys.argv)},
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "complete": sum(r["status"] == "complete" for r in runs),
+        "missing": sum(r["status"] == "missing" for r in runs),
+        "runs": runs,
+    }
+    runstore.atomic_write_json(path, _jsonable(manifest))
+    return manifest
 
 
 def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep: Reporter,
-               base_meta: dict, load_s: float) -> None:
+               base_meta: dict, load_s: float, *, write: bool = True) -> None:
     recipe, prompt = chunk[0].recipe, chunk[0].prompt
     seeds = [r.seed for r in chunk]
-    for run in chunk:
-        runstore.reset_run_dir(run.dir)
+    if write:
+        for run in chunk:
+            runstore.reset_run_dir(run.dir)
     rep.batch_started(recipe.name, prompt, seeds, res.steps)
     capture = _capture_spec(cfg, chunk[0])
     t0 = time.perf_counter()
@@ -464,7 +589,8 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
             "timings": {"load_s": round(load_s, 4), "sample_s": round(sample_s / len(chunk), 4),
                         "sample_batch_s": round(sample_s, 4), "batch_size": len(chunk)},
         }
-        write_run(run, clip, meta=meta)
+        if write:  # context parallel: only rank 0 writes (every rank has the same frames)
+            write_run(run, clip, meta=meta)
         run.status = "done"
         rep.run_done(run)
 

@@ -34,6 +34,10 @@ class AttentionDiagnostics:
 
     row_sums: torch.Tensor
     quant_rel_l2: dict[str, float] = field(default_factory=dict)
+    # (B, H, Nq) float64 natural log of the softmax normalizer of the scores S = QKᵀ·scale as the
+    # engine applied it: out = Σ_j w_j V_j with Σ_j w_j = exp(S_j - lse) summed over keys. Ring
+    # attention merges partial outputs over key chunks with it (ring merge: weights exp(lse_c)).
+    lse: torch.Tensor | None = None
 
     @property
     def rowsum_dev_mean(self) -> float:
@@ -83,8 +87,11 @@ def reference_attention(
         # V H before quantization, output · Hᵀ after: the same math as folding H into W_v and W_o.
         v_rotation = hadamard_matrix(v.shape[-1], dtype=torch.float64, device=v.device)
         v = v @ v_rotation
+    lse_shift = None
     if spec.smooth_k:
-        k, _ = smooth_k(k)  # softmax-invariant: every score in a row shifts by the same amount
+        k, k_mean = smooth_k(k)  # softmax-invariant: every score in a row shifts by the same amount
+        # ... by q·mean(k)·scale, which the LSE must add back (it is not invariant across key chunks).
+        lse_shift = (q @ k_mean.transpose(-1, -2)) * scale
     q_mean = None
     if spec.smooth_q:
         q, q_mean = smooth_q(q, spec.smooth_q_group)
@@ -122,11 +129,14 @@ def reference_attention(
             p_norm2 += float((p**2).sum())
 
     out = acc / ell
+    lse = (m + torch.log(ell)).squeeze(-1)
+    if lse_shift is not None:
+        lse = lse + lse_shift.squeeze(-1)
     if v_rotation is not None:
         out = out @ v_rotation.T
     if measure_errors:
         errors["p"] = math.sqrt(p_err2 / p_norm2) if p_norm2 > 0 else 0.0
-    return out, AttentionDiagnostics(row_sums=(ell_applied / ell).squeeze(-1), quant_rel_l2=errors)
+    return out, AttentionDiagnostics(row_sums=(ell_applied / ell).squeeze(-1), quant_rel_l2=errors, lse=lse)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:

@@ -102,11 +102,18 @@ class Injection:
             cls = WanRecipeProcessor if fam == "wan" else HunyuanVideoRecipeProcessor
             nb, segs = num_blocks(transformer), rope_segments(transformer)
             saved = dict(transformer.attn_processors)
+            parallel = getattr(transformer, "_parallel_config", None)
+            if parallel is not None and getattr(parallel, "context_parallel_config", None) is None:
+                parallel = None
             new = dict(saved)
             for name, _mod, block, kind in attention_modules(transformer):
                 key = f"{name}.processor"
                 proc = cls(self.ctx, block_index=block, attention_type=kind, num_blocks=nb, rope_segments=segs,
                            expert=expert, replaced=saved[key])
+                if getattr(proc, "_parallel_config", None) is None and parallel is not None:
+                    # context parallelism enabled on the model (models/context_parallel.py): the
+                    # recipe's attention must take part in it, or each rank would attend to its shard only
+                    proc._parallel_config = parallel
                 new[key] = proc
                 self.processors[f"{expert}/{name}"] = proc
             transformer.set_attn_processor(new)  # public API; one instance per module

@@ -11,6 +11,11 @@ attention_type=)`:
          backend and parallel config: bit-identical to the unmodified model;
 * yes -> `lowbit_video.attention.attend(q, k, v, recipe, layout="BNHD", rope_segments=, geometry=)`.
 
+Context parallelism (context_parallel.py): when the model runs with diffusers' ContextParallelConfig,
+the quantized call (and the dense one under ring, which diffusers' native backend cannot do) goes
+through diffusers' `_templated_context_parallel_attention` with the recipe as its forward op
+(`_context_parallel`): Ulysses hands it all tokens of a head shard; ring asks for (out, lse).
+
 The bodies of `WanRecipeProcessor.__call__` and `HunyuanVideoRecipeProcessor.__call__` are copied
 from diffusers 0.42.1 (`WanAttnProcessor`, `HunyuanVideoAttnProcessor2_0`; Apache-2.0, (c) The Wan
 Team, The Hunyuan Team and The HuggingFace Team) with one change: the `dispatch_attention_fn` call
@@ -117,6 +122,19 @@ class InjectionContext:
         return out
 
 
+_DENSE = None
+
+
+def _dense_recipe() -> Recipe:
+    """The unquantized recipe (torch SDPA in the inputs' dtype), loaded once."""
+    global _DENSE
+    if _DENSE is None:
+        from ..recipes import load_recipe
+
+        _DENSE = load_recipe("fp16")
+    return _DENSE
+
+
 # ------------------------------------------------------------------------------ mask handling
 
 
@@ -195,9 +213,12 @@ class _RecipeProcessorMixin:
         quant = ctx.quantizes(block=self.block_index, num_blocks=self.num_blocks, attention_type=attention_type)
         if ctx.capture is not None and attention_type in ("self", "joint"):
             self._capture(query, key, value, attn_mask, text_tokens=text_tokens, quantized=quant)
+        cp = getattr(parallel_config, "context_parallel_config", None) if parallel_config is not None else None
+        if quant and cp is not None:
+            ctx.stats[(self.expert, self.block_index, step, attention_type, "quantized")] += 1
+            return self._context_parallel(query, key, value, attn_mask, parallel_config, quantized=True,
+                                          attention_type=attention_type)
         if quant:
-            if parallel_config is not None:
-                raise UserError("quantized recipes do not support context parallelism yet; run on one device")
             try:
                 valid = key_padding(attn_mask, query.shape[0], key.shape[1])
             except _UnsupportedMask as e:
@@ -209,8 +230,44 @@ class _RecipeProcessorMixin:
                                        text_tokens=text_tokens)
         else:
             ctx.stats[(self.expert, self.block_index, step, attention_type, "high")] += 1
+        if cp is not None and cp.ring_degree > 1 and self._attention_backend in (None, "native"):
+            # diffusers' native backend has no log-sum-exp, which ring attention needs: dense op here
+            return self._context_parallel(query, key, value, attn_mask, parallel_config, quantized=False,
+                                          attention_type=attention_type)
         return dispatch_attention_fn(query, key, value, attn_mask=attn_mask, dropout_p=0.0, is_causal=False,
                                      backend=self._attention_backend, parallel_config=parallel_config)
+
+    def _context_parallel(self, query, key, value, attn_mask, parallel_config, *, quantized: bool,
+                          attention_type: str) -> torch.Tensor:
+        """Attention of this rank's sequence shard through diffusers' context-parallel helper
+        (`_templated_context_parallel_attention`), with our op as its forward op: Ulysses hands it
+        every token of a subset of heads (the recipe runs unchanged); ring hands it the local queries
+        against one key/value chunk at a time and merges chunks with the returned log-sum-exp."""
+        from diffusers.models.attention_dispatch import _templated_context_parallel_attention
+
+        if attn_mask is not None:
+            raise UserError("context parallelism with an attention mask is not supported yet")
+        ring = parallel_config.context_parallel_config.ring_degree > 1
+        draft = self.ctx.recipe.attention.kind == "draft"
+        if quantized and draft and ring:
+            raise UserError("draft recipes need every token of the video at once: use --context-parallel ulysses")
+        proc = self
+
+        def forward_op(op_ctx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa, return_lse=False,
+                       _save_ctx=True, _parallel_config=None):
+            if not quantized:  # dense, in the inputs' dtype (as the native backend), LSE in float32
+                return attend(q, k, v, _dense_recipe(), layout="BNHD", scale=scale, return_lse=return_lse)
+            if not return_lse:
+                return proc._attend(q, k, v, attention_type=attention_type, text_tokens=0)
+            return attend(q, k, v, proc.ctx.recipe, layout="BNHD", scale=scale, rope_segments=proc.rope_segments,
+                          return_lse=True)
+
+        def backward_op(*args, **kwargs):
+            raise NotImplementedError("lowbit-video attention is inference-only (no backward)")
+
+        return _templated_context_parallel_attention(query, key, value, None, 0.0, False, None, False, False,
+                                                     forward_op=forward_op, backward_op=backward_op,
+                                                     _parallel_config=parallel_config)
 
     def _quantized(self, q, k, v, valid, *, attention_type: str, text_tokens: int) -> torch.Tensor:
         same_tokens = q.shape[1] == k.shape[1]
