@@ -429,7 +429,7 @@ class _RichReporter:
     def planned(self, runs: list, todo: int) -> None:
         done = len(runs) - todo
         if done and not self.quiet:
-            err.print(f"{self.prefix}{done} of {len(runs)} runs already complete", highlight=False)
+            err.print(f"{self.prefix}{done} of {len(runs)} runs already complete", highlight=False, markup=False)
         if todo:
             self.progress.start()
             self.started = True
@@ -441,7 +441,7 @@ class _RichReporter:
 
     def loaded(self, model: str, seconds: float) -> None:
         self.progress.update(self.runs_task, description="runs")
-        self.progress.console.print(f"{self.prefix}loaded {model} in {seconds:.1f} s", highlight=False)
+        self.progress.console.print(f"{self.prefix}loaded {model} in {seconds:.1f} s", highlight=False, markup=False)
 
     def batch_started(self, recipe: str, prompt: str, seeds: list, steps: int) -> None:
         short = prompt if len(prompt) <= 32 else prompt[:31] + "…"
@@ -529,7 +529,7 @@ def generate(
         if result.get("manifest"):
             line += (f"; grid: {result['complete']} of {n} complete, {result['missing']} missing "
                      f"({_short_path(result['manifest'])})")
-        out.print(line, highlight=False)
+        out.print(line, highlight=False, markup=False)
         return
     if done == 0:
         out.print(f"{skipped} runs already complete; nothing to do ({_short_path(str(out_dir))})", highlight=False)
@@ -604,9 +604,9 @@ def adherence(
 
 # Each module defines register(app); imported here, after the helpers above exist, so a module can
 # use user_errors / print_json / out / err from this one.
-from . import cli_evaluate, cli_compare, cli_ablate  # noqa: E402
+from . import cli_ablate, cli_bench, cli_compare, cli_evaluate  # noqa: E402
 
-for _module in (cli_evaluate, cli_compare, cli_ablate):
+for _module in (cli_evaluate, cli_compare, cli_ablate, cli_bench):
     _module.register(app)
 
 

@@ -31,16 +31,19 @@ def attend(
     return_diagnostics: bool = False,
     rope_segments: tuple[int, ...] | list[int] | None = None,
     geometry: VideoGeometry | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, AttentionDiagnostics]:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple:
     """Non-causal attention of q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv) under `recipe`.
 
     Args:
         layout: "BHND" (batch, heads, tokens, head_dim) or "BNHD" (batch, tokens, heads, head_dim,
             what diffusers' attention processors pass).
         scale: softmax scale; default 1/sqrt(D).
-        backend: "auto" runs the unquantized recipe through torch SDPA in the input dtype and every
-            quantized recipe through the exact reference engine; "reference" forces the engine
-            (float64, the oracle kernels are tested against).
+        backend: "auto" runs the unquantized recipe through torch SDPA in the input dtype, a
+            quantized recipe through the Triton kernels (lowbit_video.kernels) when the tensors are
+            on CUDA and the kernels support the recipe (MXFP4 family, sage2-int8; not with
+            return_diagnostics / return_lse), and otherwise through the exact reference engine;
+            "reference" forces the engine (float64, the oracle kernels are tested against).
         return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
             implies the reference engine.
         rope_segments: the model's 3D-RoPE t/h/w channel split (e.g. Wan at head_dim 128: 44, 42,
@@ -48,8 +51,14 @@ def attend(
         geometry: the video token layout (frames, height, width, prefix tokens) that
             `kind = "draft"` recipes (DraftAttention2) pool and pack by; required for them, ignored
             by the others. Draft recipes always run the reference engine.
+        return_lse: also return the log-sum-exp of each query row's scores, float32, (B, H, Nq)
+            for BHND and (B, Nq, H) for BNHD: what ring attention (context parallelism) needs to
+            merge outputs over key chunks. Quantized recipes: the engine's own normalizer (for PNQ,
+            of the quantized P̂). Unquantized SDPA: computed separately by torch ops in float32.
+            Not available for draft recipes.
 
-    Returns the output in q's layout and dtype (and the diagnostics if asked).
+    Returns the output in q's layout and dtype; with return_diagnostics, (out, diagnostics); with
+    return_lse, (out, lse); with both, (out, diagnostics, lse).
     """
     spec = load_recipe(recipe).attention
     if layout not in ("BHND", "BNHD"):
@@ -58,22 +67,53 @@ def attend(
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     _check_recipe_fits(spec, q.shape[-1])
+    if return_lse and spec.kind == "draft":
+        raise ShapeError("return_lse is not available for draft recipes (block-sparse attention)")
+    lse = None
 
     if spec.kind == "draft":
         from .draft import draft_attention
 
         out, diag = draft_attention(q, k, v, spec.draft, geometry, scale=scale)
         out = out.to(q.dtype)
+    elif (backend == "auto" and spec.quantized and not return_diagnostics and not return_lse
+          and _kernel_supports(spec, q)):
+        from ..kernels import attention as kernel_attention  # Triton fast path (kernels/)
+
+        out, diag = kernel_attention(q, k, v, spec, layout="BHND", scale=scale), None
     elif spec.quantized or backend == "reference" or return_diagnostics:
         out, diag = reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments,
                                         measure_errors=return_diagnostics)
         out = out.to(q.dtype)
+        if return_lse:
+            lse = diag.lse.to(torch.float32)
     else:
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None
+        if return_lse:
+            lse = dense_lse(q, k, scale=scale)
 
     if layout == "BNHD":
         out = out.transpose(1, 2)
+        lse = lse.transpose(1, 2) if lse is not None else None
+    if return_lse:
+        return (out, diag, lse) if return_diagnostics else (out, lse)
     return (out, diag) if return_diagnostics else out
+
+
+def dense_lse(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = None,
+              max_elements: int = 1 << 26) -> torch.Tensor:
+    """logsumexp over keys of (q kᵀ)·scale in float32, BHND in, (B, H, Nq) out; query rows in chunks
+    so at most `max_elements` scores exist at once (the full score matrix of a long video would not
+    fit)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    kf = k.to(torch.float32).transpose(-1, -2)
+    b, h, n, _ = q.shape
+    rows = max(1, max_elements // max(1, b * h * k.shape[-2]))
+    out = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    for start in range(0, n, rows):
+        s = (q[..., start:start + rows, :].to(torch.float32) @ kf) * scale
+        out[..., start:start + rows] = torch.logsumexp(s, dim=-1)
+    return out
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> None:
@@ -103,3 +143,14 @@ def _check_recipe_fits(spec, head_dim: int) -> None:
     need = spec.head_dim_multiple
     if head_dim % need:
         raise ShapeError(f"head_dim {head_dim} is not a multiple of {need}, the block size this recipe quantizes Q/K with")
+
+
+def _kernel_supports(spec, q: torch.Tensor) -> bool:
+    """Whether the Triton kernel family (lowbit_video.kernels) runs `spec` for q's device and head_dim."""
+    if not q.is_cuda:
+        return False
+    try:
+        from ..kernels import supports
+    except ImportError:
+        return False
+    return supports(spec, q.device, q.shape[-1])[0]

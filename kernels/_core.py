@@ -1,0 +1,224 @@
+"""Triton building blocks shared by every kernel of the family: the MXFP4 scale rules and the exact
+E2M1 rounding (used by the pre-pass and by the in-kernel P̃ quantization alike), and the one
+online-softmax attention kernel whose variants (dense 16-bit, MXFP4 folded into E4M3, SageAttention2
+INT8/FP8) differ only in constexpr branches of the per-tile step.
+
+Numerics (why the fast path is exact):
+- MXFP4 block exponents come from the fp32 bit pattern (floor(log2 M) read off the exponent field; the
+  ceil rules settled by one exact comparison M > q·2^d), as formats/mxfp4.shared_exponent does in
+  float64.
+- E2M1 rounding is one fp32 add-and-subtract of a power of two C = 2^(max(E, k) + 22), E = floor(log2 a),
+  k = the block exponent: ulp(C) is the E2M1 grid step at a, so the single RNE of a + C is the
+  round-half-even onto the grid (C's significand is even, so ties go to the even E2M1 mantissa);
+  saturation at 6·2^k is one min. Three integer ops, two adds, one min per element.
+- E2M1·2^k is exact in E4M3 for k in [-8, 6]. P̃ ≤ 1 gets block exponents ≤ −2 under all three rules,
+  so P̃ is produced directly as P̃·2^8 (the 8 folded into the exp2 argument) and blocks with
+  exponent ≥ −16 land exactly in E4M3; blocks below (weights < 6·2^−17 each) are counted, and
+  `exact_p=True` runs P̂·V in bf16 instead (exact for every block).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+RULE_IDS = {"ocp": 0, "tfs": 1, "uos": 2}
+MODE_DENSE, MODE_MX, MODE_SAGE = 0, 1, 2
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _pow2(k):
+    """2.0**k as fp32 for int32 k in [-126, 127] (bit pattern, exact)."""
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def mx_exponent(amax, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
+    """Shared exponent k (int32) of blocks with maxima `amax` (fp32, >= 0) under RULE (0 ocp, 1 tfs,
+    2 uos with boundary QMAX, FLQ = floor(log2 QMAX)). All-zero blocks get 0; clamped to [-100, 100]."""
+    bits = amax.to(tl.int32, bitcast=True)
+    fl = ((bits >> 23) & 0xFF) - 127
+    if RULE == 0:
+        k = fl - 2
+    else:
+        d = tl.maximum(fl - FLQ, -126)
+        k = d + (amax > QMAX * _pow2(d)).to(tl.int32)
+    k = tl.where(amax > 0, k, 0)
+    return tl.minimum(tl.maximum(k, -100), 100)
+
+
+@triton.jit
+def e2m1_round(a, k):
+    """RNE of a >= 0 onto the grid E2M1·2^k (k int32, broadcastable), saturating at 6·2^k."""
+    abits = a.to(tl.int32, bitcast=True) & 0x7F800000
+    cbits = tl.maximum(abits, (k + 127) << 23) + (22 << 23)
+    c = cbits.to(tl.float32, bitcast=True)
+    r = (a + c) - c
+    sat = (((k + 129) << 23) | 0x400000).to(tl.float32, bitcast=True)  # 1.5·2^(k+2) = 6·2^k
+    return tl.minimum(r, sat)
+
+
+@triton.jit
+def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
+               c_row, N_KV,
+               MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
+               P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+               P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               PROMOTE: tl.constexpr, PQ: tl.constexpr):
+    """One key tile of the online-softmax recurrence (the core every variant shares).
+
+    K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
+    vt_base + d·sv_d + n·sv_n with the d stride folded into vt_base's offsets by the caller.
+    m_i is kept in the log2 domain; P̃ is produced pre-multiplied by 2^P_SHIFT (P_SHIFT folded into
+    the exp2 argument: 8 for MXFP4, log2 448 for the FP8 P̃ of sage2, 0 for dense)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
+    v_ptrs = vt_base + offs_n[None, :] * sv_n
+    if MASKED:
+        inb = offs_n < N_KV
+        valid = inb
+        if HAS_KPM:
+            valid = valid & (tl.load(kpm_base + offs_n, mask=inb, other=0) != 0)
+        k = tl.load(k_ptrs, mask=inb[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+    qk = tl.dot(q, tl.trans(k))
+    if MODE == 2:
+        if MASKED:
+            ks = tl.load(ks_base + offs_n, mask=inb, other=0.0)
+        else:
+            ks = tl.load(ks_base + offs_n)
+        qk = qk.to(tl.float32) * ks[None, :]
+    if MASKED:
+        qk = tl.where(valid[None, :], qk, float("-inf"))
+    if MODE == 1:
+        # block maxima of the logits first; the row maximum from them (1/32 of the extra work)
+        bmax = tl.max(tl.reshape(qk, (BLOCK_M, BLOCK_N // 32, 32)), axis=2)
+        m_new = tl.maximum(m_i, tl.max(bmax, axis=1) * c_row)
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1) * c_row)
+    if MASKED:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)
+    mb = m_use - P_SHIFT
+    y = tl.exp2(qk * c_row[:, None] - mb[:, None])  # P̃ · 2^P_SHIFT
+    if MODE == 1 and PQ:
+        ymax = tl.exp2(bmax * c_row[:, None] - mb[:, None])  # block maxima of y
+        # The block holding the row maximum has P̃ = 1 exactly in the reference; fp32 exp2 of an
+        # FMA residual can land a hair below 2^P_SHIFT and flip floor(log2) (the OCP rule), so pin it.
+        ymax = tl.where(bmax * c_row[:, None] >= m_use[:, None], 2.0 ** P_SHIFT, ymax)
+        kb = mx_exponent(ymax, RULE, FLQ, QMAX)  # block exponent in the y domain (= e_b + P_SHIFT)
+        n_bad += tl.sum(tl.sum(((kb < -8) & (ymax > 0)).to(tl.int32), axis=1), axis=0)
+        # per-block constants first (1/32 of the work), then broadcast: 2^k bits and the 6·2^k bound
+        kbits = (kb + 127) << 23
+        satb = (((kb + 129) << 23) | 0x400000).to(tl.float32, bitcast=True)
+        kbits = tl.reshape(tl.broadcast_to(kbits[:, :, None], (BLOCK_M, BLOCK_N // 32, 32)), (BLOCK_M, BLOCK_N))
+        satb = tl.reshape(tl.broadcast_to(satb[:, :, None], (BLOCK_M, BLOCK_N // 32, 32)), (BLOCK_M, BLOCK_N))
+        ybits = y.to(tl.int32, bitcast=True) & 0x7F800000
+        cc = (tl.maximum(ybits, kbits) + (22 << 23)).to(tl.float32, bitcast=True)
+        p = tl.minimum((y + cc) - cc, satb)  # = e2m1_round(y, kb): RNE onto E2M1·2^kb, saturated
+        if PNQ:
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+        else:
+            l_i = l_i * alpha + tl.sum(y, axis=1)
+    else:
+        p = y
+        l_i = l_i * alpha + tl.sum(y, axis=1)
+    if MASKED and MODE == 0:
+        vt = tl.load(v_ptrs, mask=inb[None, :], other=0.0)
+    else:
+        vt = tl.load(v_ptrs)  # MXFP4 / sage2 V is zero-padded to whole tiles by the pre-pass
+    if P_FP8:
+        p_op = p.to(tl.float8e4nv)
+    else:
+        p_op = p.to(vt.dtype)
+    acc = acc * alpha[:, None]
+    if PROMOTE:
+        acc = tl.dot(p_op, tl.trans(vt), acc, max_num_imprecise_acc=BLOCK_N)
+    else:
+        acc = tl.dot(p_op, tl.trans(vt), acc)
+    return acc, m_new, l_i, n_bad
+
+
+@triton.jit
+def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD,
+             sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_d, sv_n, so_b, so_h, so_n, so_d,
+             sqs_bh, sks_bh, svs_bh, skpm_b,
+             H, N_Q, N_KV, sm_scale_log2,
+             MODE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
+             P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+             P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
+
+    MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
+    MODE 1 MXFP4: Q, K hold E2M1·2^(e_b − R) (E4M3, or bf16 for the exact fallback) with one exponent R
+      per 128-token tile (QS, KS: int32 (B·H, tiles)); VT (B·H, D, N_pad) holds V folded per channel
+      with exponent VS (int32 (B·H, D)); P̃ quantized in-kernel per 32 keys.
+    MODE 2 sage2: Q, K INT8 with fp32 per-token scales QS, KS; VT FP8 with fp32 per-channel scale VS;
+      P̃·448 cast to E4M3.
+    """
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_n + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=(offs_m < N_Q)[:, None], other=0.0)
+    k_base = K + b * sk_b + h * sk_h
+    vt_base = VT + b * sv_b + h * sv_h + offs_d[:, None] * sv_d
+    kpm_base = KPM + b * skpm_b
+    ks_base = KS + pid_bh * sks_bh
+
+    if MODE == 1:
+        rq = tl.load(QS + pid_bh * sqs_bh + (pid_m * BLOCK_M) // 128)
+        c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * (sm_scale_log2 * _pow2(tl.maximum(rq, -126)))
+    elif MODE == 2:
+        c_row = tl.load(QS + pid_bh * sqs_bh + offs_m, mask=offs_m < N_Q, other=0.0) * sm_scale_log2
+    else:
+        c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * sm_scale_log2
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    n_bad = tl.zeros((), tl.int32)
+
+    if HAS_KPM:
+        n_full = 0
+    else:
+        n_full = N_KV // BLOCK_N
+    for j in tl.range(0, n_full, num_stages=NUM_STAGES):
+        start_n = j * BLOCK_N
+        if MODE == 1:
+            rk = tl.load(KS + pid_bh * sks_bh + j)
+            c_t = c_row * _pow2(tl.maximum(rk, -126))
+        else:
+            c_t = c_row
+        acc, m_i, l_i, n_bad = _tile_step(
+            acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
+            c_t, N_KV, MODE, False, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ)
+    for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
+        start_n = j * BLOCK_N
+        if MODE == 1:
+            rk = tl.load(KS + pid_bh * sks_bh + j)
+            c_t = c_row * _pow2(tl.maximum(rk, -126))
+        else:
+            c_t = c_row
+        acc, m_i, l_i, n_bad = _tile_step(
+            acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
+            c_t, N_KV, MODE, True, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ)
+
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    if MODE == 1:
+        out = out * _pow2(tl.maximum(tl.load(VS + pid_bh * svs_bh + offs_d), -126))[None, :]
+    elif MODE == 2:
+        out = out * tl.load(VS + pid_bh * svs_bh + offs_d)[None, :]
+    o_ptrs = O + b * so_b + h * so_h + offs_m[:, None] * so_n + offs_d[None, :] * so_d
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < N_Q)[:, None])
+    if MODE == 1:
+        tl.atomic_add(BAD, n_bad)

@@ -1,0 +1,262 @@
+"""`attention(q, k, v, recipe, ...)`: the launch wrapper of the kernel family.
+
+Supported recipes (`supports(spec)` says which and why not):
+- dense (kind "dense", e.g. fp16): the 16-bit variant (q's dtype, fp16 or bf16);
+- MXFP4 (mxattention, mxattention-no-uos, mxattention-no-pnq-uos, mxfp4-ocp, mxfp4-tfs): rules ocp /
+  tfs / uos (q in [4, 8)), rotation none or hadamard, PNQ or direct placement, tile_k 128;
+- sage2-int8: K smoothing, INT8 per-token Q/K, FP8 per-channel V, FP8 P̃ with a static scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ._core import LOG2E, MODE_DENSE, MODE_MX, MODE_SAGE, RULE_IDS, attn_fwd
+from . import prepass
+
+BLOCK_N = 128
+
+
+@dataclass
+class KernelStats:
+    """What the last call did about exactness. `qk_fallback` / `v_fallback`: the E4M3 fold could not
+    hold every block (`*_inexact_blocks` of them), so that operand ran in bf16 (exact) instead.
+    `p_inexact_blocks`: P̃ blocks with exponent < −16 (each weight < 6·2^−17 of the row maximum) whose
+    E4M3 encoding rounded (0 when exact_p=True)."""
+
+    variant: str = ""
+    qk_inexact_blocks: int = 0
+    v_inexact_blocks: int = 0
+    qk_fallback: bool = False
+    v_fallback: bool = False
+    p_inexact_blocks: int = 0
+    prepass_ms: float = 0.0  # set by finalize_stats
+
+
+last_stats = KernelStats()
+
+
+def _variant(spec) -> tuple[str | None, str]:
+    """(variant, reason it is not supported)."""
+    if spec.kind == "dense":
+        return "dense", ""
+    if spec.kind != "quantized":
+        return None, f"kind {spec.kind!r} has no kernel yet"
+    ops = [spec.operand(n) for n in ("q", "k", "v", "p")]
+    fmts = [o.format for o in ops]
+    if all(f == "mxfp4" for f in fmts):
+        if any(o.granularity != "block" or o.block_size != 32 for o in ops):
+            return None, "MXFP4 kernel needs 32-element blocks"
+        if any(o.rule not in RULE_IDS for o in ops):
+            return None, "unknown MX rule"
+        for o in ops:
+            if o.rule == "uos" and not (4.0 <= o.qmax < 8.0):
+                return None, "UOS boundary outside [4, 8)"
+        if spec.rotation not in ("none", "hadamard") or spec.rotate_v or spec.smooth_k or spec.smooth_q:
+            return None, "MXFP4 kernel supports rotation none/hadamard, no smoothing, no V rotation"
+        if spec.tile_k != BLOCK_N:
+            return None, f"kernel key tile is {BLOCK_N}, recipe tile_k {spec.tile_k}"
+        return "mx", ""
+    if fmts == ["int8", "int8", "fp8_e4m3", "fp8_e4m3"]:
+        q, k, v, p = ops
+        ok = (q.granularity == "per_token" and k.granularity == "per_token" and q.scheme == "symmetric"
+              and k.scheme == "symmetric" and v.granularity == "per_channel" and not v.static_scale
+              and p.granularity == "per_row" and p.static_scale > 0 and spec.placement == "direct"
+              and spec.rotation == "none" and not spec.rotate_v and not spec.smooth_q
+              and spec.tile_k == BLOCK_N)
+        return ("sage", "") if ok else (None, "only the sage2-int8 layout of INT8/FP8 is implemented")
+    return None, f"formats {fmts} have no kernel yet (INT4/NVFP4/draft: issue 7)"
+
+
+def supports(spec, device: torch.device | str | None = None, head_dim: int | None = None) -> tuple[bool, str]:
+    """Whether the kernel family runs `spec` (an AttentionSpec) on `device` with `head_dim`."""
+    variant, why = _variant(spec)
+    if variant is None:
+        return False, why
+    if device is not None and torch.device(device).type != "cuda":
+        return False, "kernels run on CUDA devices only"
+    if device is not None and torch.cuda.get_device_capability(device) < (8, 9) and variant != "dense":
+        return False, "FP8 kernels need sm_89 or newer"
+    if head_dim is not None and head_dim not in (64, 128):
+        return False, f"head_dim {head_dim} (kernels: 64, 128)"
+    return True, ""
+
+
+def _config(variant: str, head_dim: int) -> dict:
+    # Measured on one H200 (results/kernels-h200.md); BLOCK_N is fixed to the recipes' tile_k so the
+    # running maximum each P̃ tile is quantized against is the reference engine's.
+    if variant == "dense":
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
+    return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layout: str = "BHND",
+              scale: float | None = None, key_padding_mask: torch.Tensor | None = None,
+              exact_p: bool = False, promote: bool = True, stats: KernelStats | None = None,
+              config: dict | None = None) -> torch.Tensor:
+    """Attention of q (B, H, Nq, D), k, v (B, H, Nk, D) (or B, N, H, D with layout="BNHD") under
+    `recipe` (name, path, Recipe or AttentionSpec), on CUDA. Returns the output in q's layout and dtype.
+
+    key_padding_mask: bool (B, Nk), True = the key takes part (SDPA's convention); rows whose keys are
+        all masked return 0. Masking acts on the scores; operands are quantized as given.
+    exact_p: run P̂·V in bf16, exact for every P̃ block (default: E4M3, exact for blocks ≥ 2^−16).
+    promote: add each key tile's FP8 P̂·V product to the fp32 output accumulator (Hopper's FP8 MMA
+        accumulates with fewer than 32 bits); False keeps the running output inside the MMA.
+    stats: filled with what was done about exactness (also kept in `last_stats`).
+    """
+    global last_stats
+    from lowbit_video.recipes import AttentionSpec, load_recipe
+
+    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
+    variant, why = _variant(spec)
+    if variant is None:
+        raise NotImplementedError(why)
+    if layout not in ("BHND", "BNHD"):
+        raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
+    B, H, Nq, D = prepass._dims(q, layout)
+    Nk = prepass._dims(k, layout)[2]
+    if D not in (64, 128) or v.shape[-1] != D:
+        raise ValueError(f"kernels support head_dim 64 and 128 (q, k and v alike), got {D}")
+    sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    st = stats if stats is not None else KernelStats()
+    st.variant = variant
+    cfg = dict(_config(variant, D))
+    if config:
+        cfg.update(config)
+    dev = q.device
+
+    if key_padding_mask is not None:
+        if key_padding_mask.shape != (B, Nk):
+            raise ValueError(f"key_padding_mask must be (B, Nk) = {(B, Nk)}, got {tuple(key_padding_mask.shape)}")
+        kpm = key_padding_mask.to(device=dev, dtype=torch.int8).contiguous()
+        skpm = kpm.stride(0)
+    else:
+        kpm, skpm = torch.zeros((1,), device=dev, dtype=torch.int8), 0
+
+    prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D)
+    return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
+                   promote, cfg, st)
+
+
+def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D):
+    """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs)."""
+    dev = q.device
+    dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
+    rule, flq, qmax = 0, 2, 6.0
+    p_shift, p_fp8, pnq = 0.0, False, False
+
+    if variant == "dense":
+        mode = MODE_DENSE
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError("the dense kernel takes fp16 or bf16 tensors")
+        qq, kk, vv = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        sq = prepass._bhnd_strides(qq, layout)
+        sk = prepass._bhnd_strides(kk, layout)
+        sv4 = prepass._bhnd_strides(vv, layout)
+        sv = (sv4[0], sv4[1], sv4[3], sv4[2])  # (b, h, d, n)
+        qs = ks = vs = dummy_f
+        sqs = sks = svs = 0
+    else:
+        timed = q.is_cuda
+        if timed:
+            t0 = torch.cuda.Event(enable_timing=True)
+            t1 = torch.cuda.Event(enable_timing=True)
+            t0.record()
+        if variant == "mx":
+            mode = MODE_MX
+            had = spec.rotation == "hadamard"
+            qq, qs, qbad = prepass.mx_rows(q, layout, spec.q, fp8=True, hadamard=had)
+            kk, ks, kbad = prepass.mx_rows(k, layout, spec.k, fp8=True, hadamard=had)
+            vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p)
+            st.qk_inexact_blocks = int(qbad.item() + kbad.item())  # one sync: the fallback decision
+            st.v_inexact_blocks = int(vbad.item()) if not exact_p else 0
+            st.qk_fallback = st.qk_inexact_blocks > 0
+            if st.qk_fallback:
+                qq, qs, _ = prepass.mx_rows(q, layout, spec.q, fp8=False, hadamard=had)
+                kk, ks, _ = prepass.mx_rows(k, layout, spec.k, fp8=False, hadamard=had)
+            st.v_fallback = st.v_inexact_blocks > 0
+            if st.v_fallback:
+                vv, vs, _ = prepass.mx_cols(v, layout, spec.v, fp8=False)
+            p_fp8 = vv.dtype == torch.float8_e4m3fn
+            rule, flq, qmax = prepass.rule_params(spec.p)
+            p_shift, pnq = 8.0, spec.placement == "pnq"
+        else:
+            mode = MODE_SAGE
+            qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout)
+            p_fp8 = True
+            p_shift = -math.log2(float(torch.tensor(spec.p.static_scale, dtype=torch.float32)))
+        if timed:
+            t1.record()
+            st._events = (t0, t1)  # read by finalize_stats (no extra sync on the hot path)
+        sq = (qq.stride(0) * H, qq.stride(0), qq.stride(1), 1)
+        sk = (kk.stride(0) * H, kk.stride(0), kk.stride(1), 1)
+        sv = (vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2))
+        sqs, sks, svs = qs.stride(0), ks.stride(0), vs.stride(0)
+
+    return dict(qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs, sks=sks, svs=svs,
+                mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift)
+
+
+def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st):
+    global last_stats
+    out = torch.empty_like(q)
+    so = prepass._bhnd_strides(out, layout)
+    bad = torch.zeros((1,), device=q.device, dtype=torch.int32)
+    P = prep
+    grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
+    attn_fwd[grid](
+        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad,
+        *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,
+        MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
+        RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"],
+    )
+    st._bad = bad if P["mode"] == MODE_MX else None
+    last_stats = st
+    return out
+
+
+def finalize_stats(st: KernelStats) -> KernelStats:
+    """Synchronize and read the device-side counters of `st` (P̃ inexact blocks, pre-pass time)."""
+    bad = getattr(st, "_bad", None)
+    if bad is not None:
+        st.p_inexact_blocks = int(bad.item())
+    ev = getattr(st, "_events", None)
+    if ev is not None:
+        ev[1].synchronize()
+        st.prepass_ms = ev[0].elapsed_time(ev[1])
+    return st
+
+
+def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = None,
+               exact_p: bool = False, promote: bool = True, config: dict | None = None):
+    """For benchmarks: (prepass, kernel) zero-argument callables whose sequence equals one
+    `attention(...)` call; `kernel` reuses the operands of the last `prepass` (one is run here)."""
+    from lowbit_video.recipes import AttentionSpec, load_recipe
+
+    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
+    variant, why = _variant(spec)
+    if variant is None:
+        raise NotImplementedError(why)
+    B, H, Nq, D = prepass._dims(q, layout)
+    Nk = prepass._dims(k, layout)[2]
+    sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    cfg = dict(_config(variant, D))
+    if config:
+        cfg.update(config)
+    st = KernelStats(variant=variant)
+    kpm = torch.zeros((1,), device=q.device, dtype=torch.int8)
+    box = {}
+
+    def run_prepass():
+        box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D)
+
+    def run_kernel():
+        return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)
+
+    run_prepass()
+    return run_prepass, run_kernel, st

@@ -1,0 +1,255 @@
+"""Operand pre-passes: quantize Q, K, V once per call into what the attention kernel reads.
+
+MXFP4 (mxattention family): Q/K (after the Hadamard rotation, a matmul with the normalized Hadamard
+matrix) in 32-blocks along head_dim, V in 32-blocks along tokens per channel, each block with the
+recipe's scale rule; the block exponents are folded into the E4M3 values against one exponent per
+128-token tile (Q/K) or per channel (V): value = E2M1·2^(e_b − R), exact in E4M3 iff e_b − R ≥ −8
+(R = max e_b − 6 puts the largest block at the top of E4M3). Blocks below that are counted; the
+caller then re-runs the pre-pass writing bf16 (exact for every block) — never silently inexact.
+
+sage2-int8: K smoothing (per-channel mean over tokens), INT8 per token for Q and K, FP8 E4M3 per
+channel for V (scale amax/448), in torch ops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
+
+TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the recipes' tile_k)
+
+
+@triton.jit
+def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, had_scale,
+                    D: tl.constexpr, ROWS: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
+                    QMAX: tl.constexpr, OUT_FP8: tl.constexpr, HAD: tl.constexpr, X_F32: tl.constexpr):
+    """Q/K: one program per 128-token tile of one (batch, head). OUT is (B·H, n_tiles·ROWS, D).
+    HAD: rotate first, x @ (±1 Sylvester matrix HM, exact in x's dtype) · 1/sqrt(D) with an fp32
+    accumulator (IEEE fp32 products for fp32 inputs)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
+                mask=(rows < N)[:, None], other=0.0)
+    if HAD:
+        hm = tl.load(HM + cols[:, None] * D + cols[None, :])
+        if X_F32:
+            x = tl.dot(x, hm, input_precision="ieee") * had_scale
+        else:
+            x = tl.dot(x, hm) * had_scale
+    else:
+        x = x.to(tl.float32)
+    xb = tl.reshape(x, (ROWS, D // 32, 32))
+    amax = tl.max(tl.abs(xb), axis=2)
+    k = mx_exponent(amax, RULE, FLQ, QMAX)
+    nz = amax > 0
+    if OUT_FP8:
+        kmax = tl.max(tl.max(tl.where(nz, k, -1000), axis=1), axis=0)
+        r = tl.where(kmax == -1000, 0, kmax - 6)
+        bad = tl.sum(tl.sum((nz & (k - r < -8)).to(tl.int32), axis=1), axis=0)
+        tl.atomic_add(BAD, bad)
+    else:
+        r = 0
+    xs = xb * _pow2(-k)[:, :, None]  # exact: a power of two
+    q = e2m1_round(tl.abs(xs), tl.zeros_like(k)[:, :, None])
+    y = tl.where(xs < 0, -q, q) * _pow2(tl.maximum(k - r, -126))[:, :, None]
+    y = tl.reshape(y, (ROWS, D))
+    tl.store(OUT + pid_bh * (n_tiles * ROWS * D) + rows[:, None] * D + cols[None, :], y.to(OUT.dtype.element_ty))
+    tl.store(REXP + pid_bh * n_tiles + pid_t, r)
+
+
+@triton.jit
+def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
+                    D: tl.constexpr, CB: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
+                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr):
+    """V: one program per CB channels of one (batch, head); 32-blocks along tokens; one fold exponent
+    per channel over the whole sequence. OUT is V transposed, (B·H, D, N_PAD), zero-padded."""
+    pid_c = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    chans = pid_c * CB + tl.arange(0, CB)
+    base = X + b * sx_b + h * sx_h + chans[:, None] * sx_d
+    kmax = tl.full((CB,), -1000, tl.int32)
+    if OUT_FP8:
+        for t0 in range(0, N, TB):
+            toks = t0 + tl.arange(0, TB)
+            x = tl.load(base + toks[None, :] * sx_n, mask=(toks < N)[None, :], other=0.0).to(tl.float32)
+            amax = tl.max(tl.abs(tl.reshape(x, (CB, TB // 32, 32))), axis=2)
+            k = mx_exponent(amax, RULE, FLQ, QMAX)
+            kmax = tl.maximum(kmax, tl.max(tl.where(amax > 0, k, -1000), axis=1))
+        r = tl.where(kmax == -1000, 0, kmax - 6)
+    else:
+        r = tl.zeros((CB,), tl.int32)
+    tl.store(REXP + pid_bh * D + chans, r)
+    bad = tl.zeros((), tl.int32)
+    for t0 in range(0, N_PAD, TB):
+        toks = t0 + tl.arange(0, TB)
+        x = tl.load(base + toks[None, :] * sx_n, mask=(toks < N)[None, :], other=0.0).to(tl.float32)
+        xb = tl.reshape(x, (CB, TB // 32, 32))
+        amax = tl.max(tl.abs(xb), axis=2)
+        k = mx_exponent(amax, RULE, FLQ, QMAX)
+        rel = k - r[:, None]
+        if OUT_FP8:
+            bad += tl.sum(tl.sum(((amax > 0) & (rel < -8)).to(tl.int32), axis=1), axis=0)
+        xs = xb * _pow2(-k)[:, :, None]
+        q = e2m1_round(tl.abs(xs), tl.zeros_like(k)[:, :, None])
+        y = tl.where(xs < 0, -q, q) * _pow2(tl.maximum(rel, -126))[:, :, None]
+        y = tl.reshape(y, (CB, TB))
+        tl.store(OUT + pid_bh * (D * N_PAD) + chans[:, None] * N_PAD + toks[None, :], y.to(OUT.dtype.element_ty))
+    if OUT_FP8:
+        tl.atomic_add(BAD, bad)
+
+
+def _bhnd_strides(t: torch.Tensor, layout: str) -> tuple[int, int, int, int]:
+    s = t.stride()
+    return (s[0], s[2], s[1], s[3]) if layout == "BNHD" else (s[0], s[1], s[2], s[3])
+
+
+def _dims(t: torch.Tensor, layout: str) -> tuple[int, int, int, int]:
+    B, a, c, D = t.shape
+    return (B, c, a, D) if layout == "BNHD" else (B, a, c, D)
+
+
+def rule_params(op) -> tuple[int, int, float]:
+    rule = RULE_IDS[op.rule]
+    q = 6.0 if op.rule == "tfs" else float(op.qmax)
+    if rule != 0 and not (4.0 <= q < 8.0):
+        raise ValueError(f"kernel supports MXFP4 boundaries q in [4, 8), got {q}")
+    return rule, int(math.floor(math.log2(q))) if rule != 0 else 2, q
+
+
+def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False):
+    """Q or K (rotated by the normalized Hadamard matrix first if `hadamard`) -> (values (B·H, N_pad, D),
+    tile exponents (B·H, n_tiles) int32, count of blocks E4M3 could not hold exactly (fp8=True only))."""
+    B, H, N, D = _dims(x, layout)
+    n_tiles = triton.cdiv(N, TILE)
+    out = torch.empty((B * H, n_tiles * TILE, D), device=x.device,
+                      dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    rexp = torch.empty((B * H, n_tiles), device=x.device, dtype=torch.int32)
+    bad = torch.zeros((1,), device=x.device, dtype=torch.int32)
+    rule, flq, q = rule_params(op)
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        x = x.float()
+    hm = _sylvester_pm1(D, x.dtype, x.device) if hadamard else x
+    _mx_rows_kernel[(n_tiles, B * H)](x, hm, out, rexp, bad, *_bhnd_strides(x, layout), H, N, n_tiles,
+                                      1.0 / math.sqrt(D), D=D, ROWS=TILE, RULE=rule, FLQ=flq, QMAX=q,
+                                      OUT_FP8=fp8, HAD=hadamard, X_F32=x.dtype == torch.float32, num_warps=8)
+    return out, rexp, bad
+
+
+def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count)."""
+    B, H, N, D = _dims(v, layout)
+    n_pad = triton.cdiv(N, TILE) * TILE
+    out = torch.empty((B * H, D, n_pad), device=v.device, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    rexp = torch.empty((B * H, D), device=v.device, dtype=torch.int32)
+    bad = torch.zeros((1,), device=v.device, dtype=torch.int32)
+    rule, flq, q = rule_params(op)
+    cb = 32
+    _mx_cols_kernel[(D // cb, B * H)](v, out, rexp, bad, *_bhnd_strides(v, layout), H, N, n_pad,
+                                      D=D, CB=cb, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8, num_warps=4)
+    return out, rexp, bad
+
+
+_PM1 = {}
+
+
+def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
+    """The ±1 Sylvester matrix of order d (= sqrt(d) · transforms.hadamard.hadamard_matrix(d))."""
+    key = (d, dtype, str(device))
+    if key not in _PM1:
+        from lowbit_video.transforms.hadamard import hadamard_matrix
+
+        _PM1[key] = torch.round(hadamard_matrix(d) * math.sqrt(d)).to(dtype=dtype, device=device).contiguous()
+    return _PM1[key]
+
+
+def hadamard_rotate(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """x @ H (normalized Hadamard of order head_dim) in fp32, same layout as x."""
+    from lowbit_video.transforms.hadamard import hadamard_matrix
+
+    h = hadamard_matrix(x.shape[-1], dtype=torch.float32, device=x.device)
+    return torch.matmul(x.to(torch.float32), h)
+
+
+@triton.jit
+def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
+                      D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr):
+    """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
+                mask=(rows < N)[:, None], other=0.0).to(tl.float32)
+    if SUB_MEAN:
+        x = tl.where((rows < N)[:, None], x - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
+    s = tl.max(tl.abs(x), axis=1) / 127.0
+    s = tl.where(s > 0, s, 1.0)
+    # the quotient in fp64, as the reference: an fp32 quotient can land exactly on a .5 tie that the
+    # exact quotient misses (frequent with bf16-valued data) and flip the code
+    t = x.to(tl.float64) / s.to(tl.float64)[:, None]
+    t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer, 1.5·2^52 trick
+    c = tl.minimum(tl.maximum(t, -127.0), 127.0).to(tl.int8)
+    tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c)
+    tl.store(SC + pid_bh * n_pad + rows, s)
+
+
+@triton.jit
+def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr):
+    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating), written transposed (B·H, D, n_pad)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    toks = pid_t * TB + tl.arange(0, TB)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + toks[None, :] * sx_n + cols[:, None] * sx_d,
+                mask=(toks < N)[None, :], other=0.0).to(tl.float32)
+    # exact quotient (fp64), rounded to fp32 *to odd* so the final RNE onto E4M3 is one exact rounding
+    # (formats/e4m3.py does the same): truncate toward zero, set the last bit if anything was dropped
+    t = x.to(tl.float64) / tl.load(SV + pid_bh * D + cols).to(tl.float64)[:, None]
+    t = tl.minimum(tl.maximum(t, -448.0), 448.0)
+    f = t.to(tl.float32)
+    over = tl.abs(f.to(tl.float64)) > tl.abs(t)
+    bits = f.to(tl.int32, bitcast=True) - over.to(tl.int32)  # one ulp toward zero (sign-magnitude)
+    inexact = (bits.to(tl.float32, bitcast=True).to(tl.float64) != t).to(tl.int32)
+    f = (bits | inexact).to(tl.float32, bitcast=True)
+    tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
+
+
+def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str):
+    """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
+    its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D))."""
+    B, H, Nq, D = _dims(q, layout)
+    Nk = _dims(k, layout)[2]
+    tok = 1 if layout == "BNHD" else 2
+    pad_q = triton.cdiv(Nq, TILE) * TILE
+    pad_k = triton.cdiv(Nk, TILE) * TILE
+    dev = q.device
+    qc = torch.empty((B * H, pad_q, D), device=dev, dtype=torch.int8)
+    qs = torch.empty((B * H, pad_q), device=dev, dtype=torch.float32)
+    kc = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.int8)
+    ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
+    vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.float8_e4m3fn)
+    kmean = k.mean(dim=tok, dtype=torch.float32).reshape(B * H, D).contiguous()
+    sv = v.abs().amax(dim=tok).to(torch.float32).reshape(B * H, D) / 448.0
+    sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
+    _int8_rows_kernel[(pad_q // TILE, B * H)](q, kmean, qc, qs, *_bhnd_strides(q, layout), H, Nq, pad_q,
+                                              D=D, ROWS=TILE, SUB_MEAN=False, num_warps=8)
+    _int8_rows_kernel[(pad_k // TILE, B * H)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k,
+                                              D=D, ROWS=TILE, SUB_MEAN=True, num_warps=8)
+    _v_fp8_kernel[(pad_k // TILE, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=TILE,
+                                          num_warps=8)
+    return qc, qs, kc, ks, vt, sv

@@ -1,0 +1,172 @@
+"""`lowbit-video bench kernels`: attention-kernel throughput on the GPU at real video-DiT shapes.
+
+TFLOP/s counts 4·B·H·Nq·Nkv·D (non-causal forward, the two GEMMs). Every recipe row is timed as
+pre-pass (operand quantization, `prepass_ms`), kernel (`kernel_ms`) and one whole `attention()` call
+(`total_ms`, what the ratios use); SDPA cuDNN / flash (bf16) and sageattention 1.0.6 are measured in
+the same run on the same tensors. Timing: CUDA events around each call, warm-up calls first, the
+median of `reps` calls (long shapes take 0.05–0.5 s a call, so a few calls suffice).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    name: str
+    batch: int
+    heads: int
+    tokens: int
+    head_dim: int = 128
+    note: str = ""
+
+
+SHAPES = {
+    "small": BenchShape("small", 1, 24, 8192, 128, "B=1 H=24 N=8192"),
+    "wan-480p": BenchShape("wan-480p", 1, 40, 32760, 128, "Wan2.1-14B 480p 81 frames (21x30x52 latent patches)"),
+    "wan-720p": BenchShape("wan-720p", 1, 40, 75600, 128, "Wan2.1-14B 720p 81 frames (21x45x80)"),
+    "hunyuan-720p": BenchShape("hunyuan-720p", 1, 24, 119056, 128,
+                               "HunyuanVideo 720p 129 frames (33x45x80 = 118800 video + 256 text tokens)"),
+}
+DEFAULT_RECIPES = ("mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos", "mxfp4-ocp", "mxfp4-tfs",
+                   "sage2-int8", "fp16")
+
+
+def _time(fn, *, warmup: int, reps: int) -> float:
+    """Median milliseconds of `fn()` over `reps` calls, CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _reps_for(flop: float) -> tuple[int, int]:
+    # ~0.05 s per call at 500 TFLOP/s for wan-480p; keep each measurement to a few seconds
+    est = flop / 5e14
+    return (1, 3) if est > 0.1 else (2, 5) if est > 0.02 else (3, 10)
+
+
+def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps: int | None = None,
+                  seed: int = 0, variants: dict | None = None, log=print) -> dict:
+    """Run the benchmark; returns {"gpu", "torch", "triton", "driver", "rows": [...], "baselines": [...]}.
+
+    variants: optional {label: dict(recipe=..., promote=..., exact_p=..., config=...)} extra rows
+    (e.g. ablations that leave a stage out); they appear with recipe=label."""
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ..kernels.launch import split_call
+
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    info = {"gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda, "driver": _driver_version(), "rows": [], "baselines": [], "e2e": []}
+    try:
+        import sageattention  # noqa: F401
+        from sageattention import sageattn
+    except Exception:
+        sageattn = None
+    info["sageattention"] = getattr(__import__("sageattention"), "__version__", "1.0.6") if sageattn else None
+
+    for name in shapes:
+        sh = SHAPES[name]
+        B, H, N, D = sh.batch, sh.heads, sh.tokens, sh.head_dim
+        flop = 4.0 * B * H * N * N * D
+        warm, n = _reps_for(flop)
+        n = reps or n
+        g = torch.Generator(device=dev).manual_seed(seed)
+        q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(3))
+        base = {}
+        for label, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
+            def f(backend=backend):
+                with sdpa_kernel([backend]):
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            try:
+                ms = _time(f, warmup=warm, reps=n)
+            except Exception as exc:  # backend unavailable
+                log(f"{name} {label}: unavailable ({exc})")
+                continue
+            base[label] = ms
+            info["baselines"].append({"shape": name, "backend": label, "ms": ms, "tflops": flop / ms / 1e9})
+            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s")
+        if sageattn is not None:
+            try:
+                kk = k.clone()  # sageattention 1.0.6 subtracts K's mean in place
+                ms = _time(lambda: sageattn(q, kk, v, tensor_layout="HND", is_causal=False), warmup=warm, reps=n)
+                base["sageattention"] = ms
+                info["baselines"].append({"shape": name, "backend": "sageattention-1.0.6", "ms": ms,
+                                          "tflops": flop / ms / 1e9})
+                log(f"{name:13s} {'sageattention-1.0.6':24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s")
+            except Exception as exc:
+                log(f"{name} sageattention: failed ({exc})")
+        rows = [(r, dict(recipe=r)) for r in recipes] + list((variants or {}).items())
+        for label, opts in rows:
+            recipe = opts["recipe"]
+            kw = {k2: opts[k2] for k2 in ("promote", "exact_p", "config") if k2 in opts}
+            try:
+                pre, kern, st = split_call(q, k, v, recipe, **kw)
+                from ..kernels.launch import attention
+
+                prepass_ms = _time(pre, warmup=1, reps=n) if st.variant != "dense" else 0.0
+                kernel_ms = _time(kern, warmup=warm, reps=n)
+                total_ms = _time(lambda: attention(q, k, v, recipe, **kw), warmup=1, reps=n)
+            except Exception as exc:
+                log(f"{name} {label}: failed ({type(exc).__name__}: {exc})")
+                continue
+            row = {"shape": name, "recipe": label, "base_recipe": recipe, "options": kw,
+                   "tflops": flop / total_ms / 1e9, "kernel_tflops": flop / kernel_ms / 1e9,
+                   "prepass_ms": prepass_ms, "kernel_ms": kernel_ms, "total_ms": total_ms,
+                   "ratio_cudnn": base["sdpa-cudnn"] / total_ms if "sdpa-cudnn" in base else None,
+                   "ratio_flash": base["sdpa-flash"] / total_ms if "sdpa-flash" in base else None,
+                   "ratio_sageattention": base["sageattention"] / total_ms if "sageattention" in base else None,
+                   "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback,
+                   "B": B, "H": H, "N": N, "D": D}
+            info["rows"].append(row)
+            rc = row["ratio_cudnn"]
+            log(f"{name:13s} {label:24s} {total_ms:9.2f} ms {row['tflops']:7.1f} TFLOP/s "
+                f"(kernel {kernel_ms:.2f} ms = {row['kernel_tflops']:.1f}, pre-pass {prepass_ms:.2f} ms)"
+                + (f"  x{rc:.2f} cuDNN" if rc else ""))
+        del q, k, v
+        torch.cuda.empty_cache()
+    return info
+
+
+def _driver_version() -> str | None:
+    try:
+        import subprocess
+
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() or None
+    except Exception:
+        return None
+
+
+def to_markdown(info: dict) -> str:
+    lines = [f"GPU: {info['gpu']}, driver {info.get('driver')}, torch {info['torch']} (CUDA {info.get('cuda')}), "
+             f"Triton {info['triton']}, sageattention {info.get('sageattention')}", "",
+             "| shape | kernel | TFLOP/s | × cuDNN | × flash | × sage 1.0.6 | pre-pass ms | kernel ms | total ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
+    for b in info["baselines"]:
+        lines.append(f"| {b['shape']} | {b['backend']} | {b['tflops']:.1f} | | | | | | {b['ms']:.2f} |")
+    for r in info["rows"]:
+        lines.append(f"| {r['shape']} | {r['recipe']} | {r['tflops']:.1f} | {fmt(r['ratio_cudnn'])} | "
+                     f"{fmt(r['ratio_flash'])} | {fmt(r['ratio_sageattention'])} | {r['prepass_ms']:.2f} | "
+                     f"{r['kernel_ms']:.2f} | {r['total_ms']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["SHAPES", "BenchShape", "bench_kernels", "to_markdown", "DEFAULT_RECIPES"]

@@ -1,0 +1,44 @@
+"""`lowbit-video bench ...`: benchmarks on the GPU (not timed tests). The lead wires `register(app)`
+into cli.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels (and, later, end to end).",
+                            no_args_is_help=True)
+    app.add_typer(bench_app, name="bench")
+
+    @bench_app.command("kernels")
+    def bench_kernels_cmd(
+        shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p, hunyuan-720p (repeat; default small + wan-480p)."),
+        recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Recipes to time (repeat; default: every recipe the kernels support)."),
+        reps: Optional[int] = typer.Option(None, "--reps", min=1, help="Timed calls per measurement (median); default by shape size."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+        markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
+    ) -> None:
+        """TFLOP/s of the Triton kernels (pre-pass included) vs torch SDPA cuDNN/flash and sageattention 1.0.6."""
+        import sys
+
+        import torch
+
+        from .bench.kernels import DEFAULT_RECIPES, SHAPES, bench_kernels, to_markdown
+        from .errors import UserError
+
+        if not torch.cuda.is_available():
+            raise UserError("bench kernels needs a CUDA GPU (none is visible)")
+        shapes = shapes or ["small", "wan-480p"]
+        bad = [s for s in shapes if s not in SHAPES]
+        if bad:
+            raise UserError(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
+        log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
+        info = bench_kernels(shapes, recipes or DEFAULT_RECIPES, reps=reps, log=log)
+        if as_json:
+            print(json.dumps(info))
+        elif markdown:
+            print(to_markdown(info))
