@@ -8,7 +8,7 @@ BIN     = $(VENV)/bin
 # torch 2.13 CPU build); a venv that already has both (e.g. a CUDA build) keeps them.
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo diagnose test clean
+.PHONY: install demo diagnose test smoke clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,16 +24,29 @@ $(VENV)/.installed: pyproject.toml scripts/install-vbench.sh | $(BIN)/python
 install: $(VENV)/.installed
 
 # Main job: generate paired FP16 / MXAttention clips with the shipped tiny-shapes model on the smoke
-# prompts, then score how well they follow their prompts. Runs are resumable (a rerun skips them).
+# prompts, score them against each other and print the comparison. Runs are resumable (a rerun skips them).
 DEMO_OUT ?= runs/demo
 demo: install
 	$(BIN)/lowbit-video generate --recipe fp16 --recipe mxattention --prompts prompts/smoke.txt --seeds 0 --out $(DEMO_OUT)
-	$(BIN)/lowbit-video adherence $(DEMO_OUT)
+	$(BIN)/lowbit-video evaluate $(DEMO_OUT) --quiet
+	$(BIN)/lowbit-video compare $(DEMO_OUT)
 
 # Attention numerics of every recipe on video-like synthetic Q/K/V (no model needed).
 diagnose: install
 	$(BIN)/lowbit-video diagnose attention --outliers --seq 2048
 	$(BIN)/lowbit-video diagnose uos
+
+# CI smoke: generate -> evaluate -> compare -> ablate table3 on the smoke prompts with few steps
+# (quantized recipes run on the float64 reference engine on CPU, so steps are kept low).
+SMOKE_OUT   ?= runs/smoke
+SMOKE_STEPS ?= 2
+smoke: install
+	$(BIN)/lowbit-video generate --recipe fp16 --recipe mxattention --prompts prompts/smoke.txt --seeds 0 --steps $(SMOKE_STEPS) --out $(SMOKE_OUT)
+	$(BIN)/lowbit-video evaluate $(SMOKE_OUT) --quiet
+	$(BIN)/lowbit-video compare $(SMOKE_OUT) --format md --out $(SMOKE_OUT)/compare.md --plots $(SMOKE_OUT)/plots
+	$(BIN)/lowbit-video ablate table3 --prompts prompts/smoke.txt --seeds 0 --steps $(SMOKE_STEPS) --out $(SMOKE_OUT)
+	test -s $(SMOKE_OUT)/compare.md && test -s $(SMOKE_OUT)/table3.md && test -s $(SMOKE_OUT)/table3.json
+	@echo "smoke: ok ($(SMOKE_OUT)/compare.md, $(SMOKE_OUT)/plots, $(SMOKE_OUT)/table3.md)"
 
 test: install
 	$(BIN)/python -m pytest

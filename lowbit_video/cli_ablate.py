@@ -93,6 +93,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
         weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help="Metric weights folder (table3; see `lowbit-video weights check`)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or notes."),
+        shard: Optional[str] = typer.Option(None, "--shard", help="Make and score only shard i of n of the study's runs or captures (i counts from 0; cluster array jobs) and write no study outputs; a final run without --shard reuses everything and writes them. Under torchrun the rank picks the shard and rank 0 writes the outputs."),
         as_json: bool = JsonOpt,
     ) -> None:
         """Run an ablation study: generate what is missing, score it, write <out>/<study>.md and .json (and plots).
@@ -100,7 +101,12 @@ def register(app: typer.Typer) -> None:
         Studies: table3 (the MXAttention paper's Table 3: Full / w/o UOS / w/o PNQ and UOS / OCP MXFP4, fully 4-bit),
         qmax-sweep (Table 4: per-block MSE-optimal Q_max on captured Q/K/V), rowsum (Figure 7: row sums of MXFP4-quantized
         attention probabilities). Complete runs and captures are reused, so a rerun only writes the outputs again.
+
+        Many processes: `torchrun --nproc-per-node N -m lowbit_video ablate ...` splits the runs (or captures) over the N ranks; rank 0 writes the outputs when all are done.
         """
+        import sys
+
+        from .distributed import ShardSpec
         from .ablate import AblateOptions, list_studies, run_study
         from .errors import UserError
 
@@ -122,13 +128,26 @@ def register(app: typer.Typer) -> None:
             raise UserError("name a study (see `lowbit-video ablate --list`)")
         if steps is not None and steps <= 0:
             raise UserError(f"--steps must be positive, got {steps}")
+        spec = ShardSpec.from_cli_or_env(shard)
         opts = AblateOptions(model=model, prompts=prompts, seeds=_seeds(seeds), steps=steps, out=str(out_dir),
-                             device=device, weights_dir=weights_dir)
-        reporter = _CliReporter(quiet)
+                             device=device, weights_dir=weights_dir, shard=spec)
+        # under torchrun only rank 0 draws progress and prints the result; the others print one line
+        talk = spec.is_main or not spec.launched
+        reporter = _CliReporter(quiet or not talk)
         try:
             result = run_study(study, opts, reporter)
         finally:
             reporter.close()
+        if not result["files"]:  # this process did its share only (a torchrun rank > 0, or --shard i/n)
+            prefix = f"[rank {spec}] " if spec.launched else f"[shard {spec}] "
+            if as_json and talk:
+                print_json(result)
+                return
+            done = (f"generated {result['generated']} runs, scored {result['evaluated']}" if "generated" in result
+                    else "captures made")
+            rest = "" if spec.launched else "; once every shard is done, run the same command without --shard to write the study's outputs"
+            print(f"{prefix}{study}: {done} (this process's share){rest}", file=sys.stderr)
+            return
         if as_json:
             print_json(result)
             return

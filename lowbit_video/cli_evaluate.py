@@ -51,8 +51,10 @@ class _EvalProgress:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                  TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal)
         self.task = None
+        self.n_runs = self.todo = 0
 
     def planned(self, runs: list, todo: int) -> None:
+        self.n_runs, self.todo = len(runs), todo
         if not self.quiet and len(runs) > todo:
             self.err.print(f"{len(runs) - todo} of {len(runs)} runs already scored", highlight=False)
         if todo:
@@ -125,24 +127,45 @@ def register(app: typer.Typer) -> None:
         baseline: str = typer.Option("fp16", "--baseline", help="Recipe of the baseline run paired metrics compare against."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Recompute every asked metric, even those already in metrics.json."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; print only the one-line summary."),
+        shard: Optional[str] = typer.Option(None, "--shard", help="Score only shard i of n of the runs (i counts from 0), e.g. --shard $SLURM_ARRAY_TASK_ID/8 in a cluster array job. Under torchrun the rank picks the shard by itself."),
         as_json: bool = JsonOpt,
     ) -> None:
         """Score runs: PSNR, SSIM, cosine, LPIPS against the baseline (FP16) run, VBench dimensions, tiny-shapes adherence.
 
         Writes metrics.json beside each run (atomically) and skips metrics already scored. A metric whose weights are missing is stored as {"unavailable": reason}; weights are never downloaded (`lowbit-video weights check`).
+
+        Many processes: `torchrun --nproc-per-node N -m lowbit_video evaluate ...` splits the runs over the N ranks (each scored by exactly one; rank 0 prints the table when all are done); `--shard i/n` does the same for array jobs.
         """
+        import sys
+
+        from .distributed import ShardSpec
         from .evaluate import evaluate_runs
 
-        reporter = _EvalProgress(quiet=quiet or as_json)
+        spec = ShardSpec.from_cli_or_env(shard)
+        prefix = f"[rank {spec}] " if spec.launched else (f"[shard {spec}] " if not spec.single else "")
+        # Under torchrun only rank 0 draws progress and prints the result; the others print one line.
+        talk = spec.is_main or not spec.launched
+        reporter = _EvalProgress(quiet=quiet or as_json or not talk)
         try:
             results = evaluate_runs(run_dirs, metrics=metrics, weights_dir=weights_dir, baseline=baseline,
-                                    overwrite=overwrite, reporter=reporter)
+                                    overwrite=overwrite, reporter=reporter, shard=spec)
         finally:
             reporter.close()
         scored = sum(r["status"] == "scored" for r in results)
+        other = sum(r["status"] == "other-shard" for r in results)
+        if not talk:
+            print(f"{prefix}scored {reporter.todo} of this rank's {reporter.n_runs} runs, "
+                  f"{reporter.n_runs - reporter.todo} already scored", file=sys.stderr)
+            return
         if as_json:
-            print_json({"runs": results, "scored": scored, "skipped": len(results) - scored,
-                        "weights_root": results[0]["weights_root"] if results else None})
+            doc = {"runs": results, "scored": scored, "skipped": len(results) - scored - other,
+                   "weights_root": results[0]["weights_root"] if results else None}
+            if not spec.single:
+                doc.update({"shard": spec.to_dict(), "other_shard": other})
+            print_json(doc)
+        elif other:
+            print(f"{prefix}scored {scored} of this process's {len(results) - other} runs, "
+                  f"{len(results) - other - scored} already scored; {other} runs belong to other shards")
         elif quiet:
             print(f"scored {scored} runs, {len(results) - scored} already scored")
         else:

@@ -188,4 +188,15 @@ def barrier() -> None:
         dist.barrier()
 
 
-__all__ = ["ShardSpec", "barrier", "device_for", "process_group", "run_key", "shard_of", "shard_runs"]
+def all_gather(obj: Any) -> list:
+    """Every rank's `obj` (picklable), in rank order; `[obj]` without a process group."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+__all__ = ["ShardSpec", "all_gather", "barrier", "device_for", "process_group", "run_key", "shard_of", "shard_runs"]

@@ -17,6 +17,10 @@
   A metric stored as unavailable because a requirement was missing (recorded under "prechecks") is
   recomputed once the requirement's state changes (e.g. its weights were added); --overwrite
   recomputes every asked metric.
+* **Many processes.** Under `torchrun` (or `--shard i/n`, `shard=`) each process scores only its
+  share of the runs (distributed.shard_runs, keyed like generate's grid, so a rank scores the runs
+  it generated); each writes its runs' files itself. Under torchrun every rank then waits for the
+  others and returns every run. Paired metrics read the baseline's frames whoever owns it.
 """
 
 from __future__ import annotations
@@ -371,9 +375,35 @@ def _plan(job: _Job, existing: dict | None, baseline_sha: str | None, checks: _P
 
 def evaluate_runs(run_dirs: Sequence[str | os.PathLike], metrics: Sequence[str] | None = None,
                   weights_dir: str | None = None, baseline: str = "fp16", overwrite: bool = False,
-                  reporter: EvalReporter | None = None) -> list[dict]:
+                  reporter: EvalReporter | None = None, shard: Any = None) -> list[dict]:
     """Score runs at or under `run_dirs`; write each run's metrics.json; return the documents (+ "dir",
-    "status": "scored" | "skipped")."""
+    "status": "scored" | "skipped" | "other-shard").
+
+    `shard`: "i/n" or a distributed.ShardSpec -- score only this shard's runs; None: torchrun's
+    RANK / WORLD_SIZE when launched, else every run. The runs found are split with
+    distributed.shard_runs keyed by (model, recipe, prompt, seed), the same split generate makes of
+    the same grid, and independent of what is already scored (so concurrent shards agree). Under
+    torchrun the ranks wait for each other and every rank returns every run with its real status;
+    with --shard i/n (no process group) the other shards' runs come back as "other-shard" with
+    their metrics.json as it is now (or no metrics)."""
+    from . import distributed
+
+    spec = shard if isinstance(shard, distributed.ShardSpec) else distributed.ShardSpec.from_cli_or_env(shard)
+    with distributed.process_group(spec):
+        return _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, spec)
+
+
+def _job_key(job: "_Job") -> tuple:
+    from .distributed import run_key
+
+    try:
+        return run_key(job.meta)
+    except (KeyError, TypeError, ValueError):
+        return ("?", "?", str(job.dir), 0)  # a meta.json without the usual keys: keyed by its folder
+
+
+def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, shard) -> list[dict]:
+    from . import distributed
     from .metrics.registry import get_metric
     from .metrics.weights import weights_root
 
@@ -399,8 +429,15 @@ def evaluate_runs(run_dirs: Sequence[str | os.PathLike], metrics: Sequence[str] 
         _plan(job, _read_existing(run), base_sha, checks, overwrite)
         jobs.append(job)
 
-    todo = [j for j in jobs if j.todo]
-    rep.planned(runs, len(todo))
+    # This shard's runs: split over every run found (not over those with work left), so shards
+    # started at different times agree on who owns what.
+    mine = distributed.shard_runs(jobs, shard, key=_job_key)
+    own = {id(j) for j in mine}
+    for job in jobs:
+        if id(job) not in own:
+            job.status = "other-shard"
+    todo = [j for j in mine if j.todo]
+    rep.planned([j.dir for j in mine], len(todo))
     frames = _Frames()
     vbench_jobs: list[tuple[_Job, list[str]]] = []
     for job in todo:
@@ -429,9 +466,19 @@ def evaluate_runs(run_dirs: Sequence[str | os.PathLike], metrics: Sequence[str] 
         for job, _ in vbench_jobs:
             runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
 
+    if shard.launched:
+        # a collective, so also the barrier: every rank's metrics.json files are written after it
+        done: dict[str, str] = {}
+        for part in distributed.all_gather({str(j.dir): j.status for j in mine}):
+            done.update(part)
+        for job in jobs:
+            if id(job) not in own:
+                job.status = done.get(str(job.dir), "other-shard")
+
     results = []
     for job in jobs:
-        doc = _read_existing(job.dir) if job.status == "skipped" else None
+        # another shard's run: its file as that shard wrote it (or as it is now, without torchrun)
+        doc = _read_existing(job.dir) if job.status == "skipped" or id(job) not in own else None
         doc = doc or _document(job, baseline, root)
         results.append({**doc, "dir": str(job.dir), "status": job.status})
     return results

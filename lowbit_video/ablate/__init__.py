@@ -14,7 +14,17 @@ from .studies import Study, available_studies, list_studies, load_study
 
 
 def run_study(name_or_path: str, opts: AblateOptions | None = None, reporter: Reporter | None = None) -> dict:
-    """Run one study; returns its JSON result (plus "files": the outputs written)."""
+    """Run one study; returns its JSON result (plus "files": the outputs written).
+
+    Many processes (`opts.shard` "i/n", or torchrun's RANK / WORLD_SIZE): each process makes and scores
+    its share of the runs (or captures), as `generate --shard` / `evaluate --shard` split them; under
+    torchrun rank 0 then writes the study's outputs once every rank is done, and the other ranks (and
+    every `--shard i/n` job) return {"study", "model", "shard", ..., "files": []} without writing them."""
+    import dataclasses
+
+    from ..distributed import ShardSpec, process_group
+
+    opts = opts or AblateOptions()
     study = load_study(name_or_path)
     if study.kind == "table3":
         from .table3 import run
@@ -22,7 +32,10 @@ def run_study(name_or_path: str, opts: AblateOptions | None = None, reporter: Re
         from .qmax_sweep import run
     else:
         from .rowsum import run
-    return run(study, opts or AblateOptions(), reporter)
+    spec = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)
+    # generate's and evaluate's own process_group() see this group and leave it alone
+    with process_group(spec, device=opts.device):
+        return run(study, dataclasses.replace(opts, shard=spec), reporter)
 
 
 __all__ = ["AblateOptions", "Reporter", "Study", "available_studies", "list_studies", "load_study", "run_study"]

@@ -53,7 +53,13 @@ def _settings(res, cap: CaptureParams, prompt: str, seed: int) -> dict:
 
 
 def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None = None) -> list[Capture]:
-    """Captures of every prompt x seed (made where missing), sorted by (prompt, seed, block)."""
+    """Captures of every prompt x seed (made where missing), sorted by (prompt, seed, block).
+
+    Several processes (r.shard): each makes the missing captures of its share of the prompt x seed
+    grid (distributed.shard_runs over the whole grid, so processes started at different times agree),
+    then waits for the other ranks (torchrun). A process that only does its share (Resolved.share_only)
+    returns [] without reading any capture."""
+    from .. import distributed
     from ..generate import GenerateConfig, resolve
     from ..models.capture import CaptureSpec
     from ..recipes import load_recipe
@@ -65,8 +71,9 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
     if cap.step >= res.steps:
         raise UserError(f"capture step {cap.step} is past the last denoising step ({res.steps} steps)")
     recipe = load_recipe(cap.recipe)
+    spec = r.spec
     todo = []
-    for run in res.runs:
+    for run in distributed.shard_runs(res.runs, spec):
         want = _settings(res, cap, run.prompt, run.seed)
         marker = run.dir / MARKER
         try:
@@ -82,7 +89,7 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
             if model is None:
                 from ..models.registry import load_model
 
-                model = load_model(res.info.name, device=r.device)
+                model = load_model(res.info.name, device=distributed.device_for(r.device, spec))
             if run.dir.is_dir():
                 for p in run.dir.iterdir():  # stale files of other settings
                     if p.is_file():
@@ -93,6 +100,9 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
             runstore.atomic_write_json(run.dir / MARKER, {"settings": want, "note": "captured by lowbit-video ablate"})
             rep.advance()
         rep.done()
+    distributed.barrier()  # every rank's captures are written
+    if r.share_only:
+        return []
     captures = []
     for run in res.runs:
         index = json.loads((run.dir / "index.json").read_text())

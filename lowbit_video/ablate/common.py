@@ -29,6 +29,7 @@ class AblateOptions:
     height: int | None = None
     width: int | None = None
     frames: int | None = None
+    shard: Any = None  # "i/n" (array jobs) or a distributed.ShardSpec; None: torchrun's RANK/WORLD_SIZE
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,21 @@ class Resolved:
     device: str
     weights_dir: str | None
     size: dict = field(default_factory=dict)  # height/width/frames overrides (tests)
+    shard: Any = None  # distributed.ShardSpec (None: one process)
+
+    @property
+    def spec(self):
+        from ..distributed import ShardSpec
+
+        return self.shard if self.shard is not None else ShardSpec()
+
+    @property
+    def share_only(self) -> bool:
+        """True where this process does only its share of the runs / captures and writes no study
+        outputs: a torchrun rank other than 0, or any `--shard i/n` job (the other jobs may still be
+        running; a final run without --shard reuses everything and writes the outputs)."""
+        s = self.spec
+        return not s.single and not (s.launched and s.is_main)
 
 
 def resolve(study: Study, opts: AblateOptions) -> Resolved:
@@ -54,9 +70,17 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     if steps is not None and steps <= 0:
         raise UserError(f"--steps must be positive, got {steps}")
     size = {k: v for k, v in (("height", opts.height), ("width", opts.width), ("frames", opts.frames)) if v}
+    from ..distributed import ShardSpec
+
+    shard = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)
     return Resolved(model=opts.model or study.run.model, prompts=opts.prompts or study.run.prompts,
                     seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=opts.device,
-                    weights_dir=opts.weights_dir, size=size)
+                    weights_dir=opts.weights_dir, size=size, shard=shard)
+
+
+def share_result(study: Study, r: Resolved, **extra: Any) -> dict:
+    """What a process that did only its share returns (it writes no study outputs)."""
+    return {"study": study.name, "model": r.model, "shard": r.spec.to_dict(), **extra, "files": []}
 
 
 def command(study: Study, r: Resolved) -> str:

@@ -23,7 +23,7 @@ import torch
 from ..formats import mxfp4
 from ..formats._blocks import make_layout, to_blocks
 from .captures import ensure_captures
-from .common import Reporter, command, md_table, pyplot, resolve, save_figure, write_json, write_text, AblateOptions
+from .common import Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text, AblateOptions
 from .studies import QmaxParams, Study, fmt_q
 
 AXES = {"q": -1, "k": -1, "v": -2}  # BHND: Q, K along head_dim; V along tokens (per channel)
@@ -96,6 +96,8 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     p: QmaxParams = study.params  # type: ignore[assignment]
     r = resolve(study, opts)
     caps = ensure_captures(r, p.capture, rep)
+    if r.share_only:  # this process made its share of the captures; rank 0 (or a final run) writes
+        return share_result(study, r)
     spec = load_recipe(p.rotation_recipe).attention
     grid = list(p.grid)
     samples = []

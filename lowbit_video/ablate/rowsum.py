@@ -20,7 +20,7 @@ import torch
 from ..formats import e8m0, mxfp4
 from ..formats._blocks import make_layout, to_blocks
 from .captures import Capture, ensure_captures
-from .common import AblateOptions, Reporter, command, md_table, pyplot, resolve, save_figure, write_json, write_text
+from .common import AblateOptions, Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text
 from .studies import RowsumParams, Study
 
 PARTS = ("zeroing", "saturation", "rounding_down", "rounding_up")
@@ -138,6 +138,8 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     p: RowsumParams = study.params  # type: ignore[assignment]
     r = resolve(study, opts)
     caps = ensure_captures(r, p.capture, rep)
+    if r.share_only:  # this process made its share of the captures; rank 0 (or a final run) writes
+        return share_result(study, r)
     first = [c for c in caps if (c.prompt, c.seed) == (caps[0].prompt, caps[0].seed)]
     blocks = [c.block for c in first]
     want = blocks[len(blocks) // 2] if p.representative_block < 0 else p.representative_block

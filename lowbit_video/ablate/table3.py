@@ -3,14 +3,16 @@
 Checks that every row recipe is fully 4-bit (no high-precision block or step fallback) and that
 its Hadamard / PNQ / UOS flags in the study file match the recipe; generates only the missing runs
 (`generate` skips complete ones); scores them (`evaluate` skips what is scored); aggregates with
-`compare` over exactly these runs; writes <out>/table3.md and <out>/table3.json.
+`compare` over exactly these runs; writes <out>/table3.md and <out>/table3.json. Under torchrun each
+rank generates and scores its share of the runs and rank 0 writes the table; a `--shard i/n` job does
+its share and writes nothing else.
 """
 
 from __future__ import annotations
 
 from ..errors import UserError
 from ..recipes import Recipe, load_recipe
-from .common import AblateOptions, Reporter, command, md_table, resolve, write_json, write_text
+from .common import AblateOptions, Reporter, command, md_table, resolve, share_result, write_json, write_text
 from .studies import Study, Table3Params
 
 CHECK = "✓"
@@ -49,6 +51,7 @@ def check_rows(study: Study) -> list[tuple[object, Recipe]]:
 
 def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> dict:
     from .. import compare
+    from ..distributed import ShardSpec, all_gather
     from ..evaluate import evaluate_runs
     from ..generate import GenerateConfig, generate, is_tiny_shapes
     from ..models.registry import get_model_info
@@ -60,14 +63,25 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     tiny = is_tiny_shapes(get_model_info(r.model))
     metrics = [m for m in p.metrics if tiny or m != "adherence"]
 
+    spec = r.spec
     gen = generate(GenerateConfig(model=r.model, recipes=[p.baseline, *(x.recipe for x, _ in rows)],
                                   prompts_file=r.prompts, seeds=list(r.seeds), steps=r.steps, out=r.out,
-                                  device=r.device, **r.size), rep.generate_reporter())
+                                  device=r.device, shard=spec, **r.size), rep.generate_reporter())
     dirs = [x["dir"] for x in gen["runs"]]
-    rep.stage(f"evaluating {len(dirs)} runs", 1)
-    evaluate_runs(dirs, metrics=metrics, weights_dir=r.weights_dir, baseline=p.baseline)
+    # This process scores the runs it owns (generate's split of the grid, which is evaluate's split of
+    # the same runs). Under torchrun generate has already waited for every rank, so each baseline run
+    # exists; under --shard a baseline another job has not made yet leaves the paired metrics
+    # unavailable, and the final run without --shard scores them (evaluate recomputes those).
+    mine = [x["dir"] for x in gen["runs"] if x["status"] != "other-shard"]
+    rep.stage(f"evaluating {len(mine)} runs", 1)
+    if mine:
+        evaluate_runs(mine, metrics=metrics, weights_dir=r.weights_dir, baseline=p.baseline, shard=ShardSpec())
     rep.advance()
     rep.done()
+    counts = all_gather((gen["generated"], gen["skipped"]))  # also the barrier: every rank has scored
+    generated, reused = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    if r.share_only:
+        return share_result(study, r, generated=gen["generated"], reused=gen["skipped"], evaluated=len(mine))
 
     comp = compare.collect(dirs, baseline=p.baseline, recipe_order=[x.recipe for x, _ in rows])
     mc = comp.model(r.model)
@@ -79,7 +93,7 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     base = compare.to_json(comp)["models"][[m.model for m in comp.models].index(mc.model)]["baseline_row"]
     result = {
         "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": r.steps,
-        "generated": gen["generated"], "reused": gen["skipped"], "metrics": metrics,
+        "generated": generated, "reused": reused, "metrics": metrics,
         "rows": out_rows, "baseline": base, "best": {c: next((x.config for x, _ in rows if x.recipe == rec), rec)
                                                     for c, rec in mc.best.items() if c in metrics},
         "warnings": list(comp.warnings), "command": command(study, r), "paper": list(study.paper_rows),
