@@ -215,18 +215,7 @@ def _read_metrics(run: Path) -> tuple[dict | None, str | None]:
 
 def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Complete runs at or under each path, in argument order, duplicates removed."""
-    if not paths:
-        raise UserError("give at least one run directory (or a folder above run directories)")
-    found: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise UserError(f"{p}: no such file or directory")
-        runs = list(runstore.iter_runs(p))
-        if not runs:
-            raise UserError(f"{p}: no complete runs (a run directory holds meta.json; make them with `lowbit-video generate`)")
-        found.extend(runs)
-    return list(OrderedDict.fromkeys(r.resolve() for r in found))
+    return runstore.find_runs(paths)
 
 
 def _same_setup(a: dict, b: dict) -> bool:

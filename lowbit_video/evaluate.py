@@ -88,18 +88,7 @@ def resolve_metrics(names: Sequence[str] | None) -> tuple[list[str], bool]:
 
 def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Complete runs at or under each path (deduplicated, in order); UserError if a path has none."""
-    if not paths:
-        raise UserError("no run directories given")
-    runs: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise UserError(f"{p}: no such file or directory")
-        found = list(runstore.iter_runs(p))
-        if not found:
-            raise UserError(f"{p}: no complete runs (a run directory holds meta.json)")
-        runs.extend(found)
-    return list(OrderedDict.fromkeys(r.resolve() for r in runs))
+    return runstore.find_runs(paths)
 
 
 def _name(meta: dict, key: str) -> str | None:

@@ -606,16 +606,7 @@ def adherence(paths: Sequence[str | os.PathLike]) -> dict:
     "runs", "skipped": [{"dir", "reason"}]}; accuracies are fractions over the scored runs."""
     from .models.tiny_shapes.adherence import score_clip
 
-    runs: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise UserError(f"{p}: no such file or directory")
-        found = list(runstore.iter_runs(p))
-        if not found:
-            raise UserError(f"{p}: no complete runs (a run directory holds meta.json)")
-        runs.extend(found)
-    runs = list(OrderedDict.fromkeys(r.resolve() for r in runs))
+    runs = runstore.find_runs(paths)
     scores, skipped = [], []
     for run in runs:
         meta = runstore.read_meta(run) or {}

@@ -182,7 +182,29 @@ def iter_runs(root: str | os.PathLike) -> Iterator[Path]:
             yield here
 
 
+def find_runs(paths) -> list[Path]:
+    """Complete runs at or under each of `paths`, in argument order, duplicates removed (resolved
+    paths). UserError for an empty list, a missing path, or a path with no complete run."""
+    from collections import OrderedDict
+
+    from .errors import UserError
+
+    if not paths:
+        raise UserError("give at least one run directory (or a folder above run directories)")
+    found: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise UserError(f"{p}: no such file or directory")
+        runs = list(iter_runs(p))
+        if not runs:
+            raise UserError(f"{p}: no complete runs (a run directory holds meta.json; make them with `lowbit-video generate`)")
+        found.extend(runs)
+    return list(OrderedDict.fromkeys(r.resolve() for r in found))
+
+
 __all__ = [
+    "find_runs",
     "META_NAME", "OUTPUT_NAMES", "atomic_path", "atomic_write_bytes", "atomic_write_json", "component",
     "is_complete", "is_temp", "iter_runs", "prompt_slug", "read_meta", "reset_run_dir", "run_dir",
     "safe_name", "temp_name",

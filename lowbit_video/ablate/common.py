@@ -78,6 +78,15 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
                     weights_dir=opts.weights_dir, size=size, shard=shard)
 
 
+def effective_steps(r: Resolved) -> int:
+    """The denoising steps the study's runs use: --steps / the study's, else the model's default."""
+    if r.steps is not None:
+        return r.steps
+    from ..models.registry import get_model_info
+
+    return get_model_info(r.model).default_steps
+
+
 def share_result(study: Study, r: Resolved, **extra: Any) -> dict:
     """What a process that did only its share returns (it writes no study outputs)."""
     return {"study": study.name, "model": r.model, "shard": r.spec.to_dict(), **extra, "files": []}

@@ -23,7 +23,7 @@ import torch
 from ..formats import mxfp4
 from ..formats._blocks import make_layout, to_blocks
 from .captures import ensure_captures
-from .common import Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text, AblateOptions
+from .common import Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text, AblateOptions, effective_steps
 from .studies import QmaxParams, Study, fmt_q
 
 AXES = {"q": -1, "k": -1, "v": -2}  # BHND: Q, K along head_dim; V along tokens (per channel)
@@ -113,7 +113,7 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
         rep.advance()
     rep.done()
     result = {
-        "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": r.steps,
+        "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": effective_steps(r),
         "capture": {"recipe": p.capture.recipe, "step": p.capture.step, "blocks": list(p.capture.blocks) or "all"},
         "grid": [fmt_q(h) for h in grid], "bins": [b.label for b in p.bins], "rule": "uos (ceil) with Q_max = q",
         "axes": AXES_NOTE, "rotation_recipe": p.rotation_recipe, "rotation": spec.rotation,
@@ -132,7 +132,7 @@ def render_markdown(res: dict, study: Study) -> str:
     bins = res["bins"]
     lines = [f"# Per-block empirical Q_max optima ({study.paper or 'Table 4'})", "",
              f"Command: `{res['command']}`", "",
-             f"Model {res['model']}, prompts {res['prompts']}, seeds {res['seeds']}, steps {res['steps'] or 'default'}; "
+             f"Model {res['model']}, prompts {res['prompts']}, seeds {res['seeds']}, steps {res['steps']}; "
              f"Q, K, V captured from the {res['capture']['recipe']} run at denoising step {res['capture']['step']}, "
              f"blocks {res['capture']['blocks']}. Sweep: Q_max = {res['grid'][0]}, ..., {res['grid'][-1]} "
              f"({len(res['grid'])} values), exact MXFP4, scale rule {res['rule']}, MSE against the unquantized tensor.",

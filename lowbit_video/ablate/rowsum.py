@@ -20,7 +20,7 @@ import torch
 from ..formats import e8m0, mxfp4
 from ..formats._blocks import make_layout, to_blocks
 from .captures import Capture, ensure_captures
-from .common import AblateOptions, Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text
+from .common import AblateOptions, Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text, effective_steps
 from .studies import RowsumParams, Study
 
 PARTS = ("zeroing", "saturation", "rounding_down", "rounding_up")
@@ -168,7 +168,7 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     rs = rows["row_sum_q"]
     representative = tensors[caps.index(rep_cap)]
     result = {
-        "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": r.steps,
+        "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": effective_steps(r),
         "capture": {"recipe": p.capture.recipe, "step": p.capture.step, "blocks": list(p.capture.blocks) or "all"},
         "quantizer": {"format": "mxfp4", "rule": p.rule, "qmax": p.qmax if p.rule == "uos" else None,
                       "block": p.block, "axis": "keys (per row)"},
@@ -210,7 +210,7 @@ def render_markdown(res: dict, study: Study) -> str:
     qz = res["quantizer"]
     lines = [f"# Row sums under direct MXFP4 quantization of P ({study.paper or 'Figure 7'})", "",
              f"Command: `{res['command']}`", "",
-             f"Model {res['model']}, prompts {res['prompts']}, seeds {res['seeds']}, steps {res['steps'] or 'default'}; "
+             f"Model {res['model']}, prompts {res['prompts']}, seeds {res['seeds']}, steps {res['steps']}; "
              f"Q, K captured from the {res['capture']['recipe']} run at denoising step {res['capture']['step']}. "
              f"P = softmax(QKᵀ/√d) per head in float64, quantized with MXFP4 ({qz['rule']} rule, {qz['block']}-blocks "
              f"along keys). {res['n_tensors']} tensors (attention block x prompt x seed).", "",

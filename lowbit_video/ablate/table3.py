@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from ..recipes import Recipe, load_recipe
-from .common import AblateOptions, Reporter, command, md_table, resolve, share_result, write_json, write_text
+from .common import AblateOptions, Reporter, command, md_table, resolve, share_result, write_json, write_text, effective_steps
 from .studies import Study, Table3Params
 
 CHECK = "✓"
@@ -92,7 +92,7 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
                          **{k: v for k, v in j.items() if k not in ("config", "recipe")}})
     base = compare.to_json(comp)["models"][[m.model for m in comp.models].index(mc.model)]["baseline_row"]
     result = {
-        "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": r.steps,
+        "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": effective_steps(r),
         "generated": generated, "reused": reused, "metrics": metrics,
         "rows": out_rows, "baseline": base, "best": {c: next((x.config for x, _ in rows if x.recipe == rec), rec)
                                                     for c, rec in mc.best.items() if c in metrics},
@@ -116,7 +116,7 @@ def render_markdown(result: dict, study: Study, comp, order, metrics) -> str:
     lines = [f"# Sequential ablation under fully 4-bit attention ({study.paper or 'Table 3'})", "",
              f"Command: `{result['command']}`", "",
              f"Model {result['model']}, prompts {result['prompts']}, seeds {result['seeds']}, steps "
-             f"{result['steps'] or 'default'}. Every attention block at every denoising step is quantized (the row recipes "
+             f"{result['steps']}. Every attention block at every denoising step is quantized (the row recipes "
              "have no high-precision fallback; checked). VBench and adherence: per video; Cosine, SSIM, PSNR, LPIPS: "
              f"against {result['baseline']['recipe'] if result['baseline'] else 'fp16'} of the same prompt and seed, "
              "averaged over frames, then over prompts x seeds. Bold: best among the four rows.", "",
