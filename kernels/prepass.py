@@ -8,7 +8,8 @@ recipe's scale rule; the block exponents are folded into the E4M3 values against
 caller then re-runs the pre-pass writing bf16 (exact for every block) — never silently inexact.
 
 sage2-int8: K smoothing (per-channel mean over tokens), INT8 per token for Q and K, FP8 E4M3 per
-channel for V (scale amax/448), in torch ops.
+channel for V (scale amax/448), in Triton; the quantization arithmetic follows the reference
+(fp64 mean and quotients, fp32 scales, RNE) so the codes are the engine's bit for bit.
 """
 
 from __future__ import annotations
@@ -184,7 +185,11 @@ def hadamard_rotate(x: torch.Tensor, layout: str) -> torch.Tensor:
 @triton.jit
 def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
                       D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr):
-    """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D)."""
+    """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64.
+
+    As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction, amax/127 and the
+    quotient in fp64, the scale rounded once to fp32 (fp64 div.rn then RN to fp32: Triton's fp32 `/` is
+    div.full, not correctly rounded), the codes from the exact quotient x / fp32-scale."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -192,14 +197,14 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
     rows = pid_t * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
-                mask=(rows < N)[:, None], other=0.0).to(tl.float32)
+                mask=(rows < N)[:, None], other=0.0).to(tl.float64)
     if SUB_MEAN:
         x = tl.where((rows < N)[:, None], x - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
-    s = tl.max(tl.abs(x), axis=1) / 127.0
+    s = (tl.max(tl.abs(x), axis=1) / 127.0).to(tl.float32)
     s = tl.where(s > 0, s, 1.0)
-    # the quotient in fp64, as the reference: an fp32 quotient can land exactly on a .5 tie that the
-    # exact quotient misses (frequent with bf16-valued data) and flip the code
-    t = x.to(tl.float64) / s.to(tl.float64)[:, None]
+    # an fp32 quotient can land exactly on a .5 tie that the exact quotient misses (frequent with
+    # bf16-valued data) and flip the code
+    t = x / s.to(tl.float64)[:, None]
     t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer, 1.5·2^52 trick
     c = tl.minimum(tl.maximum(t, -127.0), 127.0).to(tl.int8)
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c)
@@ -226,7 +231,23 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
     bits = f.to(tl.int32, bitcast=True) - over.to(tl.int32)  # one ulp toward zero (sign-magnitude)
     inexact = (bits.to(tl.float32, bitcast=True).to(tl.float64) != t).to(tl.int32)
     f = (bits | inexact).to(tl.float32, bitcast=True)
+    # RNE onto the E4M3 grid here, in fp32, so the cast below is exact whatever its rounding: on the
+    # H200 Triton emits cvt.rn (ties to even), but the interpreter (CPU tests) rounds exact ties away
+    # from zero (116 -> 120), and bf16-valued V has exact ties (~0.4 % of the elements in the tests).
+    # One add-and-subtract of C = 2^(max(E, -6) + 20), E = floor(log2 |f|): ulp(C) is E4M3's step
+    # 2^(E - 3) (subnormal step 2^-9 below 2^-6), C's significand is even -> ties to even.
+    a = tl.abs(f)
+    cbits = tl.maximum(a.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)
+    c = cbits.to(tl.float32, bitcast=True)
+    r = tl.minimum((a + c) - c, 448.0)
+    f = tl.where(f < 0, -r, r)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
+
+
+# (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass: the
+# fp64 arithmetic (exactness) makes big tiles spill; both must divide TILE (padding is to TILE)
+SAGE_ROWS = (32, 4)
+SAGE_V_TOKENS = (32, 4)
 
 
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str):
@@ -243,13 +264,18 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
     kc = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.int8)
     ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
     vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.float8_e4m3fn)
-    kmean = k.mean(dim=tok, dtype=torch.float32).reshape(B * H, D).contiguous()
-    sv = v.abs().amax(dim=tok).to(torch.float32).reshape(B * H, D) / 448.0
+    kmean = k.mean(dim=tok, dtype=torch.float64).reshape(B * H, D).contiguous()  # the reference's fp64 mean
+    # amax/448 rounded once to fp32 (the reference's float32_scale): torch's CUDA division by a scalar
+    # multiplies by the fp32 reciprocal, 1 ulp off for ~60 % of channels, which moves exact E4M3 ties
+    # of bf16-valued V off their midpoint (kernel vs engine 0.4-0.5 % on bf16-valued random data)
+    sv = (v.abs().amax(dim=tok).to(torch.float64) / 448.0).to(torch.float32).reshape(B * H, D)
     sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
-    _int8_rows_kernel[(pad_q // TILE, B * H)](q, kmean, qc, qs, *_bhnd_strides(q, layout), H, Nq, pad_q,
-                                              D=D, ROWS=TILE, SUB_MEAN=False, num_warps=8)
-    _int8_rows_kernel[(pad_k // TILE, B * H)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k,
-                                              D=D, ROWS=TILE, SUB_MEAN=True, num_warps=8)
-    _v_fp8_kernel[(pad_k // TILE, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=TILE,
-                                          num_warps=8)
+    rows, warps = SAGE_ROWS
+    _int8_rows_kernel[(pad_q // rows, B * H)](q, kmean, qc, qs, *_bhnd_strides(q, layout), H, Nq, pad_q,
+                                              D=D, ROWS=rows, SUB_MEAN=False, num_warps=warps)
+    _int8_rows_kernel[(pad_k // rows, B * H)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k,
+                                              D=D, ROWS=rows, SUB_MEAN=True, num_warps=warps)
+    tb, warps = SAGE_V_TOKENS
+    _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
+                                        num_warps=warps)
     return qc, qs, kc, ks, vt, sv

@@ -10,7 +10,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels (and, later, end to end).",
+    bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels and one end-to-end DiT forward.",
                             no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
 
@@ -42,3 +42,34 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(info))
         elif markdown:
             print(to_markdown(info))
+
+    @bench_app.command("e2e")
+    def bench_e2e_cmd(
+        model: str = typer.Option("wan2.1-t2v-14b", "--model", help="Only wan2.1-t2v-14b (its transformer shape)."),
+        random_weights: bool = typer.Option(False, "--random-weights", help="Random initialization (required: no checkpoint is read)."),
+        resolution: Optional[list[str]] = typer.Option(None, "--resolution", help="480p, 720p (repeat; default 480p)."),
+        recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipes (repeat; default sage2-int8, mxattention)."),
+        blocks: int = typer.Option(40, "--blocks", min=1, max=40, help="Transformer blocks to build and time (of 40)."),
+        reps: int = typer.Option(3, "--reps", min=1, help="Timed forwards per recipe (median)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
+    ) -> None:
+        """One Wan2.1-14B-shaped DiT forward per recipe vs the same forward on SDPA cuDNN (bf16)."""
+        import sys
+
+        import torch
+
+        from .bench.e2e import RESOLUTIONS, bench_e2e
+        from .errors import UserError
+
+        if model != "wan2.1-t2v-14b" or not random_weights:
+            raise UserError("bench e2e supports --model wan2.1-t2v-14b --random-weights only")
+        if not torch.cuda.is_available():
+            raise UserError("bench e2e needs a CUDA GPU (none is visible)")
+        res = resolution or ["480p"]
+        bad = [r for r in res if r not in RESOLUTIONS]
+        if bad:
+            raise UserError(f"unknown resolution(s) {bad}; known: {', '.join(RESOLUTIONS)}")
+        log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
+        rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], blocks=blocks, reps=reps, log=log)
+        if as_json:
+            print(json.dumps(rows))

@@ -1,0 +1,106 @@
+"""`lowbit-video bench e2e`: one DiT forward of a Wan2.1-14B-shaped transformer with random weights,
+per recipe, against the same forward with every attention call on torch SDPA cuDNN (bf16), same run.
+
+The model is diffusers' `WanTransformer3DModel` with the Wan2.1-T2V-14B configuration (40 blocks,
+40 heads x 128, ffn 13824, 16 latent channels in/out, text_dim 4096, patch 1x2x2), random
+initialization, bf16, on the GPU. `blocks` < 40 builds and times that many blocks (all 40 blocks are
+identical in shape, so block time scales linearly; embeddings and the output head are included
+once either way). Recipes run through the model adapters' processors (`models.injection.injected`,
+the recipe's precision policy at a mid-schedule step); dense attention inside a recipe forward
+(e.g. cross-attention, which the recipes leave at 16 bit) and the baseline both run under
+`sdpa_kernel(CUDNN_ATTENTION)`. Timing: CUDA events around each forward, warm-up forwards first
+(Triton compilation), median of `reps`.
+
+Token counts (81 frames -> 21 latent frames): 480p (832x480, latent 104x60) 21x30x52 = 32760;
+720p (1280x720, latent 160x90) 21x45x80 = 75600. Text: 512 tokens.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+RESOLUTIONS = {"480p": (21, 60, 104), "720p": (21, 90, 160)}  # latent (frames, height, width)
+WAN_14B = dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=16,
+               out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True,
+               qk_norm="rms_norm_across_heads", eps=1e-6)
+BASELINE = "sdpa-cudnn"
+
+
+def build_wan14b(blocks: int = 40, *, seed: int = 0, device: str = "cuda", dtype=torch.bfloat16):
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = WanTransformer3DModel(**dict(WAN_14B, num_layers=blocks))
+    model = model.to(dtype=dtype).eval()
+    # as from_pretrained(torch_dtype=bf16) leaves them: the modules diffusers keeps in float32
+    keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+        if keep & set(name.split(".")) and p.is_floating_point():
+            p.data = p.data.float()
+    return model
+
+
+def _inputs(resolution: str, *, seed: int, device: str, dtype) -> dict:
+    f, h, w = RESOLUTIONS[resolution]
+    g = torch.Generator(device=device).manual_seed(seed)
+    return dict(hidden_states=torch.randn(1, 16, f, h, w, generator=g, device=device, dtype=dtype),
+                encoder_hidden_states=torch.randn(1, 512, 4096, generator=g, device=device, dtype=dtype),
+                timestep=torch.tensor([500], device=device), return_dict=False)
+
+
+def _time(fn, *, warmup: int, reps: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, blocks: int = 40,
+              reps: int = 3, warmup: int = 1, seed: int = 0, log=print) -> list[dict]:
+    """Rows {resolution, recipe, tokens, blocks, ms, ms_all, x_cudnn, ms_per_block, attention_calls}."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ..models.injection import injected
+    from ..models.steps import StepTracker
+
+    dev, dt = "cuda", torch.bfloat16
+    model = build_wan14b(blocks, seed=seed, device=dev, dtype=dt)
+    n_params = sum(p.numel() for p in model.parameters())
+    rows = []
+    for res in resolutions:
+        f, h, w = RESOLUTIONS[res]
+        tokens = f * (h // 2) * (w // 2)
+        inp = _inputs(res, seed=seed, device=dev, dtype=dt)
+        base = None
+        for recipe in (BASELINE, *recipes):
+            with torch.inference_mode(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                if recipe == BASELINE:
+                    times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
+                    calls = None
+                else:
+                    tracker = StepTracker()
+                    tracker.num_steps, tracker.step = 50, 25  # mid-schedule: step policies do not apply
+                    with injected([model], recipe, tracker=tracker) as ctx:
+                        times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
+                        calls = ctx.summary()
+                        calls = {k: calls[k] for k in ("quantized", "high", "fallback")}
+            ms = statistics.median(times)
+            if recipe == BASELINE:
+                base = ms
+            row = dict(resolution=res, recipe=recipe, tokens=tokens, blocks=blocks, params=n_params,
+                       ms=round(ms, 2), ms_all=[round(t, 2) for t in times],
+                       x_cudnn=round(base / ms, 3), attention_calls=calls)
+            rows.append(row)
+            log(f"e2e {res} {recipe}: {ms:.1f} ms ({base / ms:.3f}x cuDNN) calls={calls}")
+    return rows
