@@ -52,18 +52,9 @@ def _inputs(resolution: str, *, seed: int, device: str, dtype) -> dict:
 
 
 def _time(fn, *, warmup: int, reps: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return out
+    from .kernels import cuda_times
+
+    return cuda_times(fn, warmup=warmup, reps=reps)
 
 
 def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, blocks: int = 40,

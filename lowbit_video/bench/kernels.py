@@ -36,8 +36,8 @@ DEFAULT_RECIPES = ("mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos"
                    "sage2-int8", "fp16")
 
 
-def _time(fn, *, warmup: int, reps: int) -> float:
-    """Median milliseconds of `fn()` over `reps` calls, CUDA events around each call."""
+def cuda_times(fn, *, warmup: int, reps: int) -> list[float]:
+    """Milliseconds of each of `reps` calls of `fn()` after `warmup` calls, CUDA events around each."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -49,7 +49,12 @@ def _time(fn, *, warmup: int, reps: int) -> float:
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return times
+
+
+def _time(fn, *, warmup: int, reps: int) -> float:
+    """Median milliseconds of `fn()` over `reps` calls."""
+    return statistics.median(cuda_times(fn, warmup=warmup, reps=reps))
 
 
 def _reps_for(flop: float) -> tuple[int, int]:
