@@ -589,6 +589,12 @@ def render_csv(comp: Comparison) -> str:
     return buf.getvalue()
 
 
+def _has_number(mc: ModelComparison, column: str) -> bool:
+    """Whether any row (the baseline too, for unpaired columns) has a number in `column`."""
+    rows = list(mc.rows) + ([mc.baseline_row] if mc.baseline_row is not None and not is_paired(column) else [])
+    return any(isinstance(r.values.get(column), (int, float)) for r in rows)
+
+
 def render_table(comp: Comparison, marker: str = "") -> list[Any]:
     """rich Tables (one per model), each followed by its n/a notes (strings). The best quantized
     value per column is bold green, followed by `marker` (e.g. "*" where styles do not show)."""
@@ -599,21 +605,27 @@ def render_table(comp: Comparison, marker: str = "") -> list[Any]:
     for mc in comp.models:
         t = Table(title=f"{mc.model} · vs {comp.baseline} · {len(mc.pairs)} (prompt, seed) pairs",
                   caption=f"{what}: best among quantized recipes; '–': not applicable to the baseline")
+        # A terminal table stays readable: columns n/a for every row are left out (named below);
+        # md/csv/json keep every column.
+        columns = [c for c in mc.columns if _has_number(mc, c)]
+        hidden = [c for c in mc.columns if c not in columns]
         t.add_column("recipe", no_wrap=True)
-        for c in mc.columns:
+        for c in columns:
             t.add_column(_header(c), justify="right", no_wrap=True)
         t.add_column("n", justify="right")
         if mc.baseline_row is not None:
             b = mc.baseline_row
-            t.add_row(comp.baseline, *("–" if is_paired(c) else fmt_value(c, b.values.get(c)) for c in mc.columns),
+            t.add_row(comp.baseline, *("–" if is_paired(c) else fmt_value(c, b.values.get(c)) for c in columns),
                       str(b.n), style="dim", end_section=True)
         for r in mc.rows:
             cells = []
-            for c in mc.columns:
+            for c in columns:
                 text = fmt_value(c, r.values[c])
                 cells.append(f"[bold green]{text}{marker}[/bold green]" if mc.best.get(c) == r.recipe else text)
             t.add_row(r.recipe, *cells, str(r.n))
         items.append(t)
+        if hidden:
+            items.append(f"  not shown (n/a for every recipe): {', '.join(_header(c) for c in hidden)}")
         shown = ([(comp.baseline, mc.baseline_row)] if mc.baseline_row is not None else []) + [(r.recipe, r) for r in mc.rows]
         for note in _notes_for(shown, mc.columns, comp.baseline if mc.baseline_row is not None else None):
             items.append(f"  n/a · {note}")

@@ -366,3 +366,19 @@ def test_cli_no_runs_and_no_metrics(tmp_path: Path):
     make_run(tmp_path / "r", "fp16", P1, 0, None)
     p = cli("compare", str(tmp_path / "r"), "--json")
     assert p.returncode == 2 and "lowbit-video evaluate" in p.stderr and p.stdout == ""
+
+
+def test_terminal_table_leaves_out_columns_that_are_na_for_every_row(tmp_path: Path):
+    from lowbit_video.compare import render_text
+
+    missing = {"unavailable": "missing torch/hub/checkpoints/alexnet-owt-7be5be79.pth"}
+    make_run(tmp_path, "fp16", P1, 0, {**BASE_PAIRED, "imaging_quality": 0.70})
+    make_run(tmp_path, "mxattention", P1, 0, {"psnr": 20.0, "ssim": 0.8, "cosine": 0.99, "lpips": missing,
+                                              "imaging_quality": 0.69})
+    text = render_text(collect([tmp_path]))
+    header = next(line for line in text.splitlines() if "recipe" in line and "PSNR" in line)
+    assert "LPIPS" not in header and "Imaging" in header
+    note = next(line for line in text.splitlines() if "not shown (n/a for every recipe)" in line)
+    assert "LPIPS" in note and "Imaging" not in note and "PSNR" not in note
+    # md keeps every column
+    assert "LPIPS" in render_markdown(collect([tmp_path])).split("\n| --- ")[0]
