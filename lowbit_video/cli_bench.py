@@ -1,5 +1,4 @@
-"""`lowbit-video bench ...`: benchmarks on the GPU (not timed tests). The lead wires `register(app)`
-into cli.py."""
+"""`lowbit-video bench ...`: benchmarks on the GPU (not timed tests); registered by cli.py."""
 
 from __future__ import annotations
 
@@ -10,11 +9,14 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
+    from .cli import user_errors
+
     bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels and one end-to-end DiT forward.",
                             no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
 
     @bench_app.command("kernels")
+    @user_errors
     def bench_kernels_cmd(
         shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p, hunyuan-720p (repeat; default small + wan-480p)."),
         recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Recipes to time (repeat; default: every recipe the kernels support)."),
@@ -44,6 +46,7 @@ def register(app: typer.Typer) -> None:
             print(to_markdown(info))
 
     @bench_app.command("e2e")
+    @user_errors
     def bench_e2e_cmd(
         model: str = typer.Option("wan2.1-t2v-14b", "--model", help="Only wan2.1-t2v-14b (its transformer shape)."),
         random_weights: bool = typer.Option(False, "--random-weights", help="Random initialization (required: no checkpoint is read)."),

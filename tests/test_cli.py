@@ -114,3 +114,9 @@ def test_tensors_file_round_trip(tmp_path):
     data = cli_json("diagnose", "attention", "-r", "mxattention", "--tensors", str(path), "--layout", "BNHD")
     assert data["inputs"]["shape_q"] == [1, 2, 32, 64]
     assert 0 < data["rel_l2"] < 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message; this machine has a GPU")
+@pytest.mark.parametrize("args", [("bench", "kernels", "--shapes", "small"), ("bench", "e2e", "--random-weights")])
+def test_bench_without_a_gpu_is_one_line(args):
+    assert_one_line_error(cli(*args, check=False))
