@@ -2,7 +2,7 @@
 top-level `kernels`: diffusers probes for an unrelated package of that name).
 
 `attention(q, k, v, recipe, layout=..., scale=..., key_padding_mask=None)` runs one kernel family
-(kernels/_core.py: one online-softmax core, variants dense / MXFP4 / sage2-int8) after the operand
+(kernels/_core.py: one online-softmax core, variants dense / MXFP4 / sage2-int8 / INT4) after the operand
 pre-pass (kernels/prepass.py). Importing this package needs `triton`; `available()` says whether it
 can run here without raising.
 """

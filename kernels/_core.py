@@ -1,7 +1,7 @@
 """Triton building blocks shared by every kernel of the family: the MXFP4 scale rules and the exact
 E2M1 rounding (used by the pre-pass and by the in-kernel P̃ quantization alike), and the one
 online-softmax attention kernel whose variants (dense 16-bit, MXFP4 folded into E4M3, SageAttention2
-INT8/FP8) differ only in constexpr branches of the per-tile step.
+INT8/FP8, INT4 RotateAttention) differ only in constexpr branches of the per-tile step.
 
 Numerics (why the fast path is exact):
 - MXFP4 block exponents come from the fp32 bit pattern (floor(log2 M) read off the exponent field; the
@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 RULE_IDS = {"ocp": 0, "tfs": 1, "uos": 2}
-MODE_DENSE, MODE_MX, MODE_SAGE = 0, 1, 2
+MODE_DENSE, MODE_MX, MODE_SAGE, MODE_INT4 = 0, 1, 2, 3
 LOG2E = 1.4426950408889634
 
 
@@ -61,17 +61,27 @@ def e2m1_round(a, k):
 
 @triton.jit
 def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
-               c_row, N_KV,
+               c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
                MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
                P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               PROMOTE: tl.constexpr, PQ: tl.constexpr):
+               PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0):
     """One key tile of the online-softmax recurrence (the core every variant shares).
 
     K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
     vt_base + d·sv_d + n·sv_n with the d stride folded into vt_base's offsets by the caller.
     m_i is kept in the log2 domain; P̃ is produced pre-multiplied by 2^P_SHIFT (P_SHIFT folded into
-    the exp2 argument: 8 for MXFP4, log2 448 for the FP8 P̃ of sage2, 0 for dense)."""
+    the exp2 argument: 8 for MXFP4, log2 448 for the FP8 P̃ of sage2, 0 for dense and INT4).
+
+    MODE 3 (INT4): q, k hold INT4 codes in int8, so QKᵀ is an exact INT8 MMA (int32); c_row carries
+    q's per-token scale · sm_scale·log2 e, ks_base K's per-token scales; with SMQ the ΔS term
+    (q's group mean, qm16 pre-scaled by sm_scale·log2 e, against the full-precision smoothed K at
+    kf_base) is added in fp32 (SMQ 1: a 3xTF32 MMA per tile; SMQ 2: read from a (q group, key)
+    table the pre-pass computed, kf_base then pointing at this program's row, scaled by ds_scale). P̃ gets PLEV + 1 integer levels per row of the tile,
+    codes = RNE(P̃ / s) ∈ [0, PLEV], s = rowmax(P̃ tile) / PLEV: for PLEV = 15 these are the
+    affine codes + 8 (the zero point −8 folded in: s·(c + 8)·V̂ is one exact INT8 MMA with the
+    unsigned codes, i.e. Σ c·V̂ plus 8·colsum(V̂)), for PLEV = 7 the symmetric codes. P̂·V̂ is an
+    exact INT8 MMA against V's INT4 codes, scaled by s per row into the fp32 accumulator."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
     v_ptrs = vt_base + offs_n[None, :] * sv_n
@@ -90,6 +100,21 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         else:
             ks = tl.load(ks_base + offs_n)
         qk = qk.to(tl.float32) * ks[None, :]
+    if MODE == 3:
+        if MASKED:
+            ks = tl.load(ks_base + offs_n, mask=inb, other=0.0)
+        else:
+            ks = tl.load(ks_base + offs_n)
+        qk = qk.to(tl.float32) * c_row[:, None] * ks[None, :]  # log2 domain
+        if SMQ == 1:
+            # ΔS = q_mean · K_smoothedᵀ (full precision): the 16 rows of qm16 are equal, max = any row
+            kf = tl.load(kf_base + offs_n[:, None] * sk_n_kf + offs_d[None, :])
+            dq = tl.dot(qm16, tl.trans(kf), input_precision="tf32x3")
+            qk = qk + tl.max(dq, axis=0)[None, :]
+        elif SMQ == 2:
+            # ΔS from the pre-pass table (q group, key) in fp32; kf_base is this program's row
+            qk = qk + (tl.load(kf_base + offs_n) * ds_scale)[None, :]
+        c_row = tl.full((BLOCK_M,), 1.0, tl.float32)
     if MASKED:
         qk = tl.where(valid[None, :], qk, float("-inf"))
     if MODE == 1:
@@ -124,6 +149,21 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
             l_i = l_i * alpha + tl.sum(p, axis=1)
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1)
+    elif MODE == 3:
+        # the tile's row maximum of P̃ (= exp2 of the logit maximum: the same fp32 value as max(y))
+        ymax = tl.exp2(tl.max(qk, axis=1) - mb)
+        sp = ymax / PLEV
+        # a tile whose P̃ maximum is below 2^-100 (weights < 2^-100 of the row maximum) gets codes 0:
+        # PLEV / ymax would overflow to inf (0·inf = NaN codes) for subnormal maxima
+        inv = PLEV / tl.maximum(ymax, 7.888609052210118e-31)
+        inv = tl.where(ymax > 7.888609052210118e-31, inv, 0.0)
+        t = y * inv[:, None]
+        codes = tl.minimum((t + 12582912.0) - 12582912.0, PLEV * 1.0)  # RNE (1.5·2^23), <= PLEV
+        p = codes.to(tl.int8)
+        if PNQ:
+            l_i = l_i * alpha + tl.sum(codes, axis=1) * sp
+        else:
+            l_i = l_i * alpha + tl.sum(y, axis=1)
     else:
         p = y
         l_i = l_i * alpha + tl.sum(y, axis=1)
@@ -131,27 +171,33 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         vt = tl.load(v_ptrs, mask=inb[None, :], other=0.0)
     else:
         vt = tl.load(v_ptrs)  # MXFP4 / sage2 V is zero-padded to whole tiles by the pre-pass
-    if P_FP8:
-        p_op = p.to(tl.float8e4nv)
+    if MODE == 3:
+        # exact INT8 MMA (|Σ| <= 128·15·7), promoted with the row's P̃ scale into the fp32 accumulator
+        pv = tl.dot(p, tl.trans(vt))
+        acc = acc * alpha[:, None] + pv.to(tl.float32) * sp[:, None]
     else:
-        p_op = p.to(vt.dtype)
-    acc = acc * alpha[:, None]
-    if PROMOTE:
-        acc = tl.dot(p_op, tl.trans(vt), acc, max_num_imprecise_acc=BLOCK_N)
-    else:
-        acc = tl.dot(p_op, tl.trans(vt), acc)
+        if P_FP8:
+            p_op = p.to(tl.float8e4nv)
+        else:
+            p_op = p.to(vt.dtype)
+        acc = acc * alpha[:, None]
+        if PROMOTE:
+            acc = tl.dot(p_op, tl.trans(vt), acc, max_num_imprecise_acc=BLOCK_N)
+        else:
+            acc = tl.dot(p_op, tl.trans(vt), acc)
     return acc, m_new, l_i, n_bad
 
 
 @triton.jit
-def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD,
+def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_d, sv_n, so_b, so_h, so_n, so_d,
              sqs_bh, sks_bh, svs_bh, skpm_b,
-             H, N_Q, N_KV, sm_scale_log2,
+             H, N_Q, N_KV, sm_scale_log2, skf_bh, sqm_bh, rotv_scale,
              MODE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
              P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
+             PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -160,6 +206,12 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD,
       with exponent VS (int32 (B·H, D)); P̃ quantized in-kernel per 32 keys.
     MODE 2 sage2: Q, K INT8 with fp32 per-token scales QS, KS; VT FP8 with fp32 per-channel scale VS;
       P̃·448 cast to E4M3.
+    MODE 3 INT4 (rotateattention-*, int4-baseline): Q, K INT4 codes in int8 (rotated, smoothed by the
+      pre-pass) with fp32 per-token scales QS, KS; VT INT4 codes in int8 (B·H, D, N_pad) with fp32
+      per-channel scales VS; SMQ 1: QM (B·H, q tiles, D) q group means (group = BLOCK_M = 128) and KF
+      (B·H, N_pad, D) the full-precision smoothed K for ΔS, computed per tile; SMQ 2: KF the ΔS table
+      q_mean · K_smoothedᵀ (B·H, q tiles, N_pad) fp32, sqm_bh its row stride; ROTV: output · Hᵀ (HV the ±1 Sylvester
+      matrix, rotv_scale = 1/sqrt(D)) in the epilogue, undoing the V Hadamard.
     """
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -177,11 +229,18 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD,
     if MODE == 1:
         rq = tl.load(QS + pid_bh * sqs_bh + (pid_m * BLOCK_M) // 128)
         c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * (sm_scale_log2 * _pow2(tl.maximum(rq, -126)))
-    elif MODE == 2:
+    elif MODE == 2 or MODE == 3:
         c_row = tl.load(QS + pid_bh * sqs_bh + offs_m, mask=offs_m < N_Q, other=0.0) * sm_scale_log2
     else:
         c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * sm_scale_log2
 
+    kf_base = KF + pid_bh * skf_bh
+    if SMQ == 2:
+        kf_base = kf_base + pid_m * sqm_bh  # sqm_bh: the table's row stride (one row per q group)
+    qm16 = tl.zeros((16, HEAD_DIM), tl.float32)
+    if MODE == 3 and SMQ == 1:
+        qm = tl.load(QM + pid_bh * sqm_bh + pid_m * HEAD_DIM + offs_d) * sm_scale_log2
+        qm16 = qm16 + qm[None, :]
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -200,7 +259,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD,
             c_t = c_row
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
-            c_t, N_KV, MODE, False, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ)
+            c_t, N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, False, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
+            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ)
     for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
         start_n = j * BLOCK_N
         if MODE == 1:
@@ -210,14 +270,18 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD,
             c_t = c_row
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
-            c_t, N_KV, MODE, True, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ)
+            c_t, N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, True, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
+            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
     if MODE == 1:
         out = out * _pow2(tl.maximum(tl.load(VS + pid_bh * svs_bh + offs_d), -126))[None, :]
-    elif MODE == 2:
+    elif MODE == 2 or MODE == 3:
         out = out * tl.load(VS + pid_bh * svs_bh + offs_d)[None, :]
+    if MODE == 3 and ROTV:
+        hv = tl.load(HV + offs_d[:, None] * HEAD_DIM + offs_d[None, :])  # symmetric: H = Hᵀ
+        out = tl.dot(out, hv, input_precision="tf32x3") * rotv_scale
     o_ptrs = O + b * so_b + h * so_h + offs_m[:, None] * so_n + offs_d[None, :] * so_d
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < N_Q)[:, None])
     if MODE == 1:

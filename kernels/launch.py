@@ -4,7 +4,11 @@ Supported recipes (`supports(spec)` says which and why not):
 - dense (kind "dense", e.g. fp16): the 16-bit variant (q's dtype, fp16 or bf16);
 - MXFP4 (mxattention, mxattention-no-uos, mxattention-no-pnq-uos, mxfp4-ocp, mxfp4-tfs): rules ocp /
   tfs / uos (q in [4, 8)), rotation none or hadamard, PNQ or direct placement, tile_k 128;
-- sage2-int8: K smoothing, INT8 per-token Q/K, FP8 per-channel V, FP8 P̃ with a static scale.
+- sage2-int8: K smoothing, INT8 per-token Q/K, FP8 per-channel V, FP8 P̃ with a static scale;
+- INT4 (rotateattention-half, -interleaved, -full, int4-baseline): rotation none / interleaved / half /
+  hadamard and Q/K smoothing in the pre-pass, INT4 per-token Q/K and per-channel V (optionally after
+  V·H, undone in the kernel's epilogue) as int8 codes on exact INT8 MMAs, P̃ per row of each 128-key
+  tile with 16 affine levels (range-rectified) or 8 symmetric ones.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ._core import LOG2E, MODE_DENSE, MODE_MX, MODE_SAGE, RULE_IDS, attn_fwd
+from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_SAGE, RULE_IDS, attn_fwd
 from . import prepass
 
 BLOCK_N = 128
+INT4_BLOCK_M = 128  # the INT4 variant's query tile = its Q smoothing group (one q mean per program)
 
 
 @dataclass
@@ -69,7 +74,23 @@ def _variant(spec) -> tuple[str | None, str]:
               and spec.rotation == "none" and not spec.rotate_v and not spec.smooth_q
               and spec.tile_k == BLOCK_N)
         return ("sage", "") if ok else (None, "only the sage2-int8 layout of INT8/FP8 is implemented")
-    return None, f"formats {fmts} have no kernel yet (INT4/NVFP4/draft: issue 7)"
+    if fmts == ["int4"] * 4:
+        q, k, v, p = ops
+        if not (q.granularity == "per_token" and k.granularity == "per_token" and q.scheme == "symmetric"
+                and k.scheme == "symmetric"):
+            return None, "INT4 kernel: Q/K per token, symmetric"
+        if not (v.granularity == "per_channel" and v.scheme == "symmetric"):
+            return None, "INT4 kernel: V per channel, symmetric"
+        if not (p.granularity == "per_row" and p.scheme in ("affine", "symmetric")):
+            return None, "INT4 kernel: P̃ per row (affine or symmetric)"
+        if spec.rotation not in ("none", "interleaved", "half", "hadamard"):
+            return None, f"INT4 kernel: unknown rotation {spec.rotation!r}"
+        if spec.smooth_q and spec.smooth_q_group != INT4_BLOCK_M:
+            return None, f"INT4 kernel: Q smoothing groups of {INT4_BLOCK_M} tokens (the query tile)"
+        if spec.placement not in ("direct", "pnq") or spec.tile_k != BLOCK_N:
+            return None, f"INT4 kernel: key tile {BLOCK_N}, direct or pnq placement"
+        return "int4", ""
+    return None, f"formats {fmts} have no kernel yet (NVFP4/draft: issue 7)"
 
 
 def supports(spec, device: torch.device | str | None = None, head_dim: int | None = None) -> tuple[bool, str]:
@@ -91,13 +112,19 @@ def _config(variant: str, head_dim: int) -> dict:
     # running maximum each P̃ tile is quantized against is the reference engine's.
     if variant == "dense":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
+    if variant == "int4":
+        # DS: how the Q-smoothing term ΔS = q_mean · K_smoothedᵀ is formed: "table" (pre-pass, fp32
+        # GEMM into a (q group, key) table the kernel reads 4 bytes per key from) or "fused" (3xTF32 MMA
+        # per key tile against an fp32 copy of K: 64 KB more per tile; head_dim 64 only, at 128 it
+        # needs 279552 B of shared memory on the H200, over its 232448)
+        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table")
     return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layout: str = "BHND",
               scale: float | None = None, key_padding_mask: torch.Tensor | None = None,
               exact_p: bool = False, promote: bool = True, stats: KernelStats | None = None,
-              config: dict | None = None) -> torch.Tensor:
+              config: dict | None = None, rope_segments=None) -> torch.Tensor:
     """Attention of q (B, H, Nq, D), k, v (B, H, Nk, D) (or B, N, H, D with layout="BNHD") under
     `recipe` (name, path, Recipe or AttentionSpec), on CUDA. Returns the output in q's layout and dtype.
 
@@ -107,6 +134,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     promote: add each key tile's FP8 P̂·V product to the fp32 output accumulator (Hopper's FP8 MMA
         accumulates with fewer than 32 bits); False keeps the running output inside the MMA.
     stats: filled with what was done about exactness (also kept in `last_stats`).
+    rope_segments: the model's RoPE t/h/w split for the "half" rotation (as attend's; default the
+        recipe's, else Wan's split of head_dim).
     """
     global last_stats
     from lowbit_video.recipes import AttentionSpec, load_recipe
@@ -137,17 +166,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     else:
         kpm, skpm = torch.zeros((1,), device=dev, dtype=torch.int8), 0
 
-    prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D)
+    if variant == "int4" and cfg["BLOCK_M"] != INT4_BLOCK_M:
+        raise ValueError(f"the INT4 variant needs BLOCK_M = {INT4_BLOCK_M} (its Q smoothing group)")
+    if cfg.get("DS", "table") not in ("table", "fused"):
+        raise ValueError(f"config DS must be 'table' or 'fused', got {cfg['DS']!r}")
+    if variant == "int4" and cfg.get("DS") == "fused" and spec.smooth_q and D > 64:
+        # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
+        raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
+    prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"))
     return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                    promote, cfg, st)
 
 
-def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D):
+def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table"):
     """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs)."""
     dev = q.device
     dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
     rule, flq, qmax = 0, 2, 6.0
     p_shift, p_fp8, pnq = 0.0, False, False
+    kf = qm = hv = dummy_f
+    skf = sqm = 0
+    plev, smq, rotv = 15, 0, False
 
     if variant == "dense":
         mode = MODE_DENSE
@@ -184,6 +223,19 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D):
             p_fp8 = vv.dtype == torch.float8_e4m3fn
             rule, flq, qmax = prepass.rule_params(spec.p)
             p_shift, pnq = 8.0, spec.placement == "pnq"
+        elif variant == "int4":
+            mode = MODE_INT4
+            qq, qs, qm, kk, ks, kf, vv, vs = prepass.int4_prepass(q, k, v, layout, spec, rope_segments)
+            smq, rotv = (0 if not spec.smooth_q else 2 if ds == "table" else 1), bool(spec.rotate_v)
+            if smq == 2:
+                kf = prepass.delta_s_table(qm, kf)
+                skf, sqm = kf.stride(0), kf.stride(1)
+            else:
+                skf, sqm = (kf.stride(0) if smq else 0), qm.stride(0)
+            plev = 15 if spec.p.scheme == "affine" else 7
+            pnq = spec.placement == "pnq"
+            if rotv:
+                hv = prepass._sylvester_pm1(D, torch.float32, dev)
         else:
             mode = MODE_SAGE
             qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout)
@@ -198,7 +250,8 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D):
         sqs, sks, svs = qs.stride(0), ks.stride(0), vs.stride(0)
 
     return dict(qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs, sks=sks, svs=svs,
-                mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift)
+                mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,
+                kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv)
 
 
 def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st):
@@ -208,16 +261,22 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
     bad = torch.zeros((1,), device=q.device, dtype=torch.int32)
     P = prep
     grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
-    attn_fwd[grid](
-        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad,
-        *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,
-        MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
-        RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"],
-    )
+    _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
     st._bad = bad if P["mode"] == MODE_MX else None
     last_stats = st
     return out
+
+
+def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages):
+    attn_fwd[grid](
+        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad, P["kf"], P["qm"], P["hv"],
+        *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,
+        P["skf"], P["sqm"], 1.0 / math.sqrt(D),
+        MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
+        RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
+        PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"],
+    )
 
 
 def finalize_stats(st: KernelStats) -> KernelStats:
@@ -233,7 +292,7 @@ def finalize_stats(st: KernelStats) -> KernelStats:
 
 
 def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = None,
-               exact_p: bool = False, promote: bool = True, config: dict | None = None):
+               exact_p: bool = False, promote: bool = True, config: dict | None = None, rope_segments=None):
     """For benchmarks: (prepass, kernel) zero-argument callables whose sequence equals one
     `attention(...)` call; `kernel` reuses the operands of the last `prepass` (one is run here)."""
     from lowbit_video.recipes import AttentionSpec, load_recipe
@@ -253,7 +312,8 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
     box = {}
 
     def run_prepass():
-        box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D)
+        box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments,
+                               cfg.get("DS", "table"))
 
     def run_kernel():
         return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)

@@ -279,3 +279,144 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
     _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
                                         num_warps=warps)
     return qc, qs, kc, ks, vt, sv
+
+
+# ------------------------------------------------------------------------------------------ INT4
+# RotateAttention (rotateattention-half / -interleaved / -full) and its int4-baseline: the recipe's
+# QKᵀ-preserving rotation (the matrices of lowbit_video.transforms.qk_rotation, applied as a ±1
+# matrix times one constant in an fp32 MMA), SageAttention smoothing (K: minus its mean over tokens;
+# Q: minus its mean over each 128-token group, kept for the ΔS term), INT4 symmetric per token
+# (scale amax/7, RNE, ±7) written as int8 codes. V: optional Hadamard (V·H), INT4 per channel.
+
+
+@triton.jit
+def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale,
+                      D: tl.constexpr, ROWS: tl.constexpr, ROT: tl.constexpr, SUB_MEAN: tl.constexpr,
+                      GROUP_MEAN: tl.constexpr, WRITE_F: tl.constexpr):
+    """Q/K rows -> INT4 codes (int8, (B·H, n_pad, D)) and fp32 per-token scales (B·H, n_pad).
+    ROT: x @ RM · rot_scale first (RM the ±1/0 integer form of the rotation, exact in fp32; IEEE fp32
+    MMA). SUB_MEAN: minus MEAN (B·H, D) (K's mean over tokens, already rotated). GROUP_MEAN: this
+    program's ROWS tokens are one smoothing group: minus their mean, written to QM (B·H, tiles, D).
+    WRITE_F: the smoothed full-precision rows to KF (B·H, n_pad, D) fp32 (ΔS needs them)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, D)
+    valid = rows < N
+    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
+                mask=valid[:, None], other=0.0).to(tl.float32)
+    if ROT:
+        rm = tl.load(RM + cols[:, None] * D + cols[None, :])
+        x = tl.dot(x, rm, input_precision="ieee") * rot_scale
+    if SUB_MEAN:
+        x = x - tl.load(MEAN + pid_bh * D + cols)[None, :]
+    if GROUP_MEAN:
+        cnt = tl.sum(valid.to(tl.float32), axis=0)
+        gm = tl.sum(tl.where(valid[:, None], x, 0.0), axis=0) / tl.maximum(cnt, 1.0)
+        x = x - gm[None, :]
+        tl.store(QM + (pid_bh * (n_pad // ROWS) + pid_t) * D + cols, gm)
+    x = tl.where(valid[:, None], x, 0.0)
+    if WRITE_F:
+        tl.store(KF + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], x)
+    s = tl.max(tl.abs(x), axis=1) / 7.0
+    s = tl.where(s > 0, s, 1.0)
+    t = x / s[:, None]
+    t = (t + 12582912.0) - 12582912.0  # RNE to an integer (|t| <= 7 + rounding)
+    c = tl.minimum(tl.maximum(t, -7.0), 7.0).to(tl.int8)
+    tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c)
+    tl.store(SC + pid_bh * n_pad + rows, s)
+
+
+_ROT = {}
+
+
+def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
+    """(±1/0 fp32 matrix M, constant c) with M·c == transforms.qk_rotation(kind, ...).matrix() (checked),
+    or None for the identity. The pair rotations have entries ±1/√2, the full Hadamard ±1/√D."""
+    from lowbit_video.transforms import qk_rotation
+
+    if kind == "none":
+        return None
+    key = (kind, head_dim, tuple(segments or ()), str(device))
+    if key not in _ROT:
+        r = qk_rotation(kind, head_dim, segments).matrix()
+        c = float(r.abs().max())
+        m = torch.round(r / c)
+        if not torch.allclose(m * c, r, rtol=0, atol=1e-15):
+            raise ValueError(f"rotation {kind!r} is not a multiple of a ±1/0 matrix")
+        _ROT[key] = (m.to(torch.float32).to(device).contiguous(), c, r)
+    return _ROT[key]
+
+
+INT4_ROWS = (128, 8)  # rows per program (= the Q smoothing group = the kernel's BLOCK_M), warps
+
+
+def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, spec, rope_segments=None):
+    """INT4 operands: q codes (B·H, Nq_pad, D) int8 and scales (B·H, Nq_pad), q group means (B·H, q tiles,
+    D) (zeros without Q smoothing), k codes and scales, the smoothed full-precision K (B·H, Nk_pad, D)
+    fp32 (a 1-element dummy without Q smoothing), Vᵀ codes (B·H, D, Nk_pad) int8, V channel scales (B·H, D)."""
+    B, H, Nq, D = _dims(q, layout)
+    Nk = _dims(k, layout)[2]
+    tok = 1 if layout == "BNHD" else 2
+    rows, warps = INT4_ROWS
+    pad_q = triton.cdiv(Nq, rows) * rows
+    pad_k = triton.cdiv(Nk, TILE) * TILE
+    dev = q.device
+    segs = rope_segments if rope_segments else spec.rope_segments
+    rot = rotation_pm1(spec.rotation, D, segs, dev)
+    rm, rs = (rot[0], rot[1]) if rot is not None else (torch.zeros((1,), device=dev), 1.0)
+    qc = torch.empty((B * H, pad_q, D), device=dev, dtype=torch.int8)
+    qs = torch.empty((B * H, pad_q), device=dev, dtype=torch.float32)
+    qm = torch.zeros((B * H, pad_q // rows, D), device=dev, dtype=torch.float32)
+    kc = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.int8)
+    ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
+    smq = bool(spec.smooth_q)
+    kf = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.float32) if smq else torch.zeros((1,), device=dev)
+    if spec.smooth_k:
+        kmean = k.mean(dim=tok, dtype=torch.float64)  # (B, H, D); mean(k R) = mean(k) R
+        if rot is not None:
+            kmean = kmean @ rot[2].to(device=dev)
+        kmean = kmean.to(torch.float32).reshape(B * H, D).contiguous()
+    else:
+        kmean = torch.zeros((1,), device=dev)
+    _int4_rows_kernel[(pad_q // rows, B * H)](q, rm, kmean, qc, qs, qm, kf, *_bhnd_strides(q, layout), H, Nq, pad_q,
+                                              rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=False,
+                                              GROUP_MEAN=smq, WRITE_F=False, num_warps=warps)
+    _int4_rows_kernel[(pad_k // rows, B * H)](k, rm, kmean, kc, ks, qm, kf, *_bhnd_strides(k, layout), H, Nk, pad_k,
+                                              rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=bool(spec.smooth_k),
+                                              GROUP_MEAN=False, WRITE_F=smq, num_warps=warps)
+    # V (torch): V·H in fp32, per-channel scale amax/7 rounded once to fp32 (from fp64, as formats.intq),
+    # codes RNE(v / scale) in fp64, ±7, transposed and zero-padded
+    vb = v.transpose(1, 2) if layout == "BNHD" else v
+    vb = vb.to(torch.float32)
+    if spec.rotate_v:
+        with _ieee_fp32_matmul():
+            vb = vb @ _sylvester_pm1(D, torch.float32, dev) * (1.0 / math.sqrt(D))
+    sv = (vb.abs().amax(dim=2).to(torch.float64) / 7.0).to(torch.float32)
+    sv = torch.where(sv > 0, sv, torch.ones_like(sv))
+    codes = torch.round(vb.to(torch.float64) / sv.to(torch.float64)[:, :, None, :]).clamp_(-7, 7).to(torch.int8)
+    vt = torch.zeros((B * H, D, pad_k), device=dev, dtype=torch.int8)
+    vt[:, :, :Nk] = codes.reshape(B * H, Nk, D).transpose(1, 2)
+    return qc, qs, qm, kc, ks, kf, vt, sv.reshape(B * H, D).contiguous()
+
+
+def delta_s_table(qm: torch.Tensor, kf: torch.Tensor) -> torch.Tensor:
+    """The Q-smoothing term of every (q group, key): q_mean · K_smoothedᵀ, (B·H, q groups, Nk_pad) fp32, as an
+    IEEE fp32 batched GEMM (TF32 switched off for the call: the reference adds ΔS in full precision)."""
+    with _ieee_fp32_matmul():
+        return torch.bmm(qm, kf.transpose(1, 2)).contiguous()
+
+
+class _ieee_fp32_matmul:
+    """fp32 torch matmuls in IEEE fp32 for the block (whatever torch.set_float32_matmul_precision the
+    caller chose: TF32 would move INT4 codes and ΔS far more than the reference's float64 allows)."""
+
+    def __enter__(self):
+        self.prev = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+
+    def __exit__(self, *exc):
+        torch.set_float32_matmul_precision(self.prev)
+        return False

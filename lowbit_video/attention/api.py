@@ -41,7 +41,7 @@ def attend(
         scale: softmax scale; default 1/sqrt(D).
         backend: "auto" runs the unquantized recipe through torch SDPA in the input dtype, a
             quantized recipe through the Triton kernels (lowbit_video.kernels) when the tensors are
-            on CUDA and the kernels support the recipe (MXFP4 family, sage2-int8; not with
+            on CUDA and the kernels support the recipe (MXFP4 family, sage2-int8, INT4; not with
             return_diagnostics / return_lse), and otherwise through the exact reference engine;
             "reference" forces the engine (float64, the oracle kernels are tested against).
         return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
@@ -80,7 +80,7 @@ def attend(
           and _kernel_supports(spec, q)):
         from ..kernels import attention as kernel_attention  # Triton fast path (kernels/)
 
-        out, diag = kernel_attention(q, k, v, spec, layout="BHND", scale=scale), None
+        out, diag = kernel_attention(q, k, v, spec, layout="BHND", scale=scale, rope_segments=rope_segments), None
     elif spec.quantized or backend == "reference" or return_diagnostics:
         out, diag = reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments,
                                         measure_errors=return_diagnostics)
