@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 RULE_IDS = {"ocp": 0, "tfs": 1, "uos": 2}
-MODE_DENSE, MODE_MX, MODE_SAGE, MODE_INT4 = 0, 1, 2, 3
+MODE_DENSE, MODE_MX, MODE_SAGE, MODE_INT4, MODE_NVFP4 = 0, 1, 2, 3, 4
 LOG2E = 1.4426950408889634
 
 
@@ -60,12 +60,24 @@ def e2m1_round(a, k):
 
 
 @triton.jit
+def e4m3_round(t):
+    """RNE of t >= 0 (fp32) onto the E4M3 grid, saturating at 448, in fp32 arithmetic (no fp8 cast: the
+    interpreter's fp32 -> E4M3 cast rounds ties away from zero and some values wrongly). One add-and-
+    subtract of C = 2^(max(E, -6) + 20), E = floor(log2 t): ulp(C) is E4M3's step 2^(E - 3) (2^-9 on the
+    subnormals), C's significand is even, so ties go to the even mantissa; t < 2^-10 (ties incl.) -> 0."""
+    cbits = tl.maximum(t.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)
+    c = cbits.to(tl.float32, bitcast=True)
+    return tl.minimum((t + c) - c, 448.0)
+
+
+@triton.jit
 def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
                c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
                MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
                P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0):
+               PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
+               PROW: tl.constexpr = False):
     """One key tile of the online-softmax recurrence (the core every variant shares).
 
     K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
@@ -81,7 +93,15 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
     codes = RNE(P̃ / s) ∈ [0, PLEV], s = rowmax(P̃ tile) / PLEV: for PLEV = 15 these are the
     affine codes + 8 (the zero point −8 folded in: s·(c + 8)·V̂ is one exact INT8 MMA with the
     unsigned codes, i.e. Σ c·V̂ plus 8·colsum(V̂)), for PLEV = 7 the symmetric codes. P̂·V̂ is an
-    exact INT8 MMA against V's INT4 codes, scaled by s per row into the fp32 accumulator."""
+    exact INT8 MMA against V's INT4 codes, scaled by s per row into the fp32 accumulator.
+
+    MODE 4 (NVFP4): q, k hold E2M1·s_b (the E4M3 block scale, 16-blocks along head_dim) in fp16, exact
+    (<= 6 significant bits; fp16 rather than bf16, equally exact, because Triton's CPU interpreter computes
+    bf16 tl.dot wrongly and could not verify it), so QKᵀ is a 16-bit MMA with exact products; c_row carries the two fp32 tensor
+    scales · sm_scale·log2 e; SMQ 2 adds ΔS as for MODE 3. P̃ is quantized per 16 keys of each row as
+    formats/nvfp4: s_b = E4M3_RNE(amax_b / (6·s_o)), elements E2M1_RNE(P̃ / (s_b·s_o)); s_o = 1 (PROW
+    False) or the two-level rowmax(P̃ tile)/(448·6) (PROW, SageAttention3). P̂/s_o = E2M1·s_b is exact in
+    fp16; the P̂·V̂ MMA runs in fp16 against V's E2M1·s_b and s_o multiplies the tile's product per row."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
     v_ptrs = vt_base + offs_n[None, :] * sv_n
@@ -100,12 +120,15 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         else:
             ks = tl.load(ks_base + offs_n)
         qk = qk.to(tl.float32) * ks[None, :]
-    if MODE == 3:
-        if MASKED:
-            ks = tl.load(ks_base + offs_n, mask=inb, other=0.0)
+    if MODE == 3 or MODE == 4:
+        if MODE == 3:
+            if MASKED:
+                ks = tl.load(ks_base + offs_n, mask=inb, other=0.0)
+            else:
+                ks = tl.load(ks_base + offs_n)
+            qk = qk.to(tl.float32) * c_row[:, None] * ks[None, :]  # log2 domain
         else:
-            ks = tl.load(ks_base + offs_n)
-        qk = qk.to(tl.float32) * c_row[:, None] * ks[None, :]  # log2 domain
+            qk = qk * c_row[:, None]  # the tensor scales · sm_scale·log2 e: log2 domain
         if SMQ == 1:
             # ΔS = q_mean · K_smoothedᵀ (full precision): the 16 rows of qm16 are equal, max = any row
             kf = tl.load(kf_base + offs_n[:, None] * sk_n_kf + offs_d[None, :])
@@ -164,6 +187,31 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
             l_i = l_i * alpha + tl.sum(codes, axis=1) * sp
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1)
+    elif MODE == 4:
+        # NVFP4 P̃: blocks of 16 keys per row, as formats/nvfp4.quantize (s_b from the block maximum)
+        yb = tl.reshape(y, (BLOCK_M, BLOCK_N // 16, 16))
+        amax = tl.max(yb, axis=2)
+        if PROW:
+            rmax = tl.max(amax, axis=1)
+            # rowmax / (448·6): the fp32 outer scale. A tile whose P̃ maximum is <= 2^-100 (every weight
+            # < 2^-100 of the row maximum) gets s_o = 1 and so all-zero block scales (the reference rounds
+            # s_o to fp32 and raises once it underflows; here 1/step must stay finite)
+            so = tl.where(rmax > 7.888609052210118e-31, rmax / 2688.0, 1.0)
+            sb = e4m3_round(amax / (6.0 * so)[:, None])
+            step = sb * so[:, None]
+        else:
+            so = tl.full((BLOCK_M,), 1.0, tl.float32)
+            sb = e4m3_round(amax / 6.0)
+            step = sb
+        # a block scale that rounds to 0 makes the whole block zero codes
+        inv = tl.where(sb > 0, 1.0 / tl.where(sb > 0, step, 1.0), 0.0)
+        z = yb * inv[:, :, None]
+        e = e2m1_round(z, tl.zeros((BLOCK_M, BLOCK_N // 16, 1), tl.int32))
+        p = tl.reshape(e * sb[:, :, None], (BLOCK_M, BLOCK_N))  # P̂ / s_o = E2M1·s_b: exact in fp16
+        if PNQ:
+            l_i = l_i * alpha + tl.sum(p, axis=1) * so
+        else:
+            l_i = l_i * alpha + tl.sum(y, axis=1)
     else:
         p = y
         l_i = l_i * alpha + tl.sum(y, axis=1)
@@ -175,6 +223,10 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         # exact INT8 MMA (|Σ| <= 128·15·7), promoted with the row's P̃ scale into the fp32 accumulator
         pv = tl.dot(p, tl.trans(vt))
         acc = acc * alpha[:, None] + pv.to(tl.float32) * sp[:, None]
+    elif MODE == 4 and PROW:
+        # 16-bit MMA (exact products), the row's outer scale s_o applied to the tile's product
+        pv = tl.dot(p.to(vt.dtype), tl.trans(vt))
+        acc = acc * alpha[:, None] + pv * so[:, None]
     else:
         if P_FP8:
             p_op = p.to(tl.float8e4nv)
@@ -197,7 +249,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
-             PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False):
+             PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
+             PROW: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -212,6 +265,9 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
       (B·H, N_pad, D) the full-precision smoothed K for ΔS, computed per tile; SMQ 2: KF the ΔS table
       q_mean · K_smoothedᵀ (B·H, q tiles, N_pad) fp32, sqm_bh its row stride; ROTV: output · Hᵀ (HV the ±1 Sylvester
       matrix, rotv_scale = 1/sqrt(D)) in the epilogue, undoing the V Hadamard.
+    MODE 4 NVFP4 (nvfp4, sage-nvfp4): Q, K (B·H, N_pad, D) and VT (B·H, D, N_pad) hold E2M1·s_b in fp16
+      (exact); QS, KS, VS the fp32 per-tensor outer scales (1 element each); SMQ 2 as MODE 3 (ΔS table);
+      P̃ quantized in-kernel per 16 keys, PROW: with the two-level per-row outer scale.
     """
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -231,6 +287,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * (sm_scale_log2 * _pow2(tl.maximum(rq, -126)))
     elif MODE == 2 or MODE == 3:
         c_row = tl.load(QS + pid_bh * sqs_bh + offs_m, mask=offs_m < N_Q, other=0.0) * sm_scale_log2
+    elif MODE == 4:
+        c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * (tl.load(QS) * tl.load(KS) * sm_scale_log2)
     else:
         c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * sm_scale_log2
 
@@ -260,7 +318,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
             c_t, N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, False, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
-            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ)
+            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW)
     for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
         start_n = j * BLOCK_N
         if MODE == 1:
@@ -271,7 +329,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
             c_t, N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, True, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
-            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ)
+            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_safe[:, None]
@@ -279,6 +337,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         out = out * _pow2(tl.maximum(tl.load(VS + pid_bh * svs_bh + offs_d), -126))[None, :]
     elif MODE == 2 or MODE == 3:
         out = out * tl.load(VS + pid_bh * svs_bh + offs_d)[None, :]
+    elif MODE == 4:
+        out = out * tl.load(VS)
     if MODE == 3 and ROTV:
         hv = tl.load(HV + offs_d[:, None] * HEAD_DIM + offs_d[None, :])  # symmetric: H = Hᵀ
         out = tl.dot(out, hv, input_precision="tf32x3") * rotv_scale

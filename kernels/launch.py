@@ -9,6 +9,9 @@ Supported recipes (`supports(spec)` says which and why not):
   hadamard and Q/K smoothing in the pre-pass, INT4 per-token Q/K and per-channel V (optionally after
   V·H, undone in the kernel's epilogue) as int8 codes on exact INT8 MMAs, P̃ per row of each 128-key
   tile with 16 affine levels (range-rectified) or 8 symmetric ones.
+- NVFP4 (nvfp4, sage-nvfp4): implemented (MODE 4) and verified under Triton's interpreter only; `supports()`
+  returns False for it until the GPU tests pass, so `attend` never dispatches it (an explicit
+  `attention(...)` call runs it).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_SAGE, RULE_IDS, attn_fwd
+from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_NVFP4, MODE_SAGE, RULE_IDS, attn_fwd
 from . import prepass
 
 BLOCK_N = 128
 INT4_BLOCK_M = 128  # the INT4 variant's query tile = its Q smoothing group (one q mean per program)
+NVFP4_BLOCK_M = prepass.NVFP4_GROUP  # the NVFP4 variant's query tile = its Q smoothing group
 
 
 @dataclass
@@ -90,6 +94,17 @@ def _variant(spec) -> tuple[str | None, str]:
         if spec.placement not in ("direct", "pnq") or spec.tile_k != BLOCK_N:
             return None, f"INT4 kernel: key tile {BLOCK_N}, direct or pnq placement"
         return "int4", ""
+    if fmts == ["nvfp4"] * 4:
+        q, k, v, p = ops
+        if any(o.outer_scale not in ("tensor", "none") for o in (q, k, v)) or p.outer_scale not in ("none", "row"):
+            return None, "NVFP4 kernel: Q/K/V outer scale tensor or none, P̃ none or row"
+        if spec.rotation != "none" or spec.rotate_v:
+            return None, "NVFP4 kernel: no rotation"
+        if spec.smooth_q and spec.smooth_q_group != NVFP4_BLOCK_M:
+            return None, f"NVFP4 kernel: Q smoothing groups of {NVFP4_BLOCK_M} tokens (the query tile)"
+        if spec.placement not in ("direct", "pnq") or spec.tile_k != BLOCK_N:
+            return None, f"NVFP4 kernel: key tile {BLOCK_N}, direct or pnq placement"
+        return "nvfp4", ""
     return None, f"formats {fmts} have no kernel yet (NVFP4/draft: issue 7)"
 
 
@@ -98,6 +113,10 @@ def supports(spec, device: torch.device | str | None = None, head_dim: int | Non
     variant, why = _variant(spec)
     if variant is None:
         return False, why
+    if variant == "nvfp4":
+        # NVFP4 (MODE 4) is verified under Triton's interpreter only: enabled once the GPU tests pass
+        # (tests/test_kernels_attention.py, NVFP4 section; results/kernels-h200.md)
+        return False, "NVFP4 kernel is interpreter-verified only (not yet run on a GPU): disabled"
     if device is not None and torch.device(device).type != "cuda":
         return False, "kernels run on CUDA devices only"
     if device is not None and torch.cuda.get_device_capability(device) < (8, 9) and variant != "dense":
@@ -118,6 +137,8 @@ def _config(variant: str, head_dim: int) -> dict:
         # per key tile against an fp32 copy of K: 64 KB more per tile; head_dim 64 only, at 128 it
         # needs 279552 B of shared memory on the H200, over its 232448)
         return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table")
+    if variant == "nvfp4":
+        return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3)  # not tuned: never run on a GPU yet
     return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
 
 
@@ -168,6 +189,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
 
     if variant == "int4" and cfg["BLOCK_M"] != INT4_BLOCK_M:
         raise ValueError(f"the INT4 variant needs BLOCK_M = {INT4_BLOCK_M} (its Q smoothing group)")
+    if variant == "nvfp4" and cfg["BLOCK_M"] != NVFP4_BLOCK_M:
+        raise ValueError(f"the NVFP4 variant needs BLOCK_M = {NVFP4_BLOCK_M} (its Q smoothing group)")
     if cfg.get("DS", "table") not in ("table", "fused"):
         raise ValueError(f"config DS must be 'table' or 'fused', got {cfg['DS']!r}")
     if variant == "int4" and cfg.get("DS") == "fused" and spec.smooth_q and D > 64:
@@ -186,7 +209,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
     p_shift, p_fp8, pnq = 0.0, False, False
     kf = qm = hv = dummy_f
     skf = sqm = 0
-    plev, smq, rotv = 15, 0, False
+    plev, smq, rotv, prow = 15, 0, False, False
 
     if variant == "dense":
         mode = MODE_DENSE
@@ -236,6 +259,16 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             pnq = spec.placement == "pnq"
             if rotv:
                 hv = prepass._sylvester_pm1(D, torch.float32, dev)
+        elif variant == "nvfp4":
+            mode = MODE_NVFP4
+            qq, qs, qm, kk, ks, kf, vv, vs = prepass.nvfp4_prepass(q, k, v, layout, spec)
+            if spec.smooth_q:
+                smq = 2
+                kf = prepass.delta_s_table(qm, kf)
+                skf, sqm = kf.stride(0), kf.stride(1)
+            else:
+                kf = dummy_f
+            pnq, prow = spec.placement == "pnq", spec.p.outer_scale == "row"
         else:
             mode = MODE_SAGE
             qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout)
@@ -251,7 +284,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
 
     return dict(qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs, sks=sks, svs=svs,
                 mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,
-                kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv)
+                kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
 
 
 def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st):
@@ -275,7 +308,7 @@ def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pro
         MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
-        PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"],
+        PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False),
     )
 
 

@@ -420,3 +420,56 @@ class _ieee_fp32_matmul:
     def __exit__(self, *exc):
         torch.set_float32_matmul_precision(self.prev)
         return False
+
+
+# ----------------------------------------------------------------------------------------- NVFP4
+# nvfp4 / sage-nvfp4: the operands are formats.nvfp4 itself, in float64 torch on the tensors' device (after
+# the reference's own smoothing functions), so the codes, E4M3 block scales and fp32 tensor scales are the
+# reference engine's bit for bit. What the kernel reads is E2M1·s_b (the tensor scale left out): <= 6
+# significant bits with an exponent in [-10, 11], exact in bf16. Correct first; a fused Triton pre-pass is
+# the performance step that comes with the GPU measurements.
+
+NVFP4_GROUP = 128  # the Q smoothing group = the kernel's BLOCK_M (one q mean per program)
+
+
+def _nvfp4_unscaled(x64: torch.Tensor, axis: int, outer_scale):
+    """(E2M1·s_b as float64 in x's shape, the fp32 outer scale (1 element)) of formats.nvfp4.quantize."""
+    import dataclasses
+
+    from lowbit_video.formats import nvfp4
+
+    t = nvfp4.quantize(x64, block=16, axis=axis, outer_scale=outer_scale)
+    one = torch.ones((), dtype=torch.float32, device=x64.device)
+    return dataclasses.replace(t, outer_scale=one).dequantize(torch.float64), t.outer_scale.reshape(1).to(x64.device)
+
+
+def nvfp4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, spec):
+    """NVFP4 operands: (q E2M1·s_b bf16 (B·H, Nq_pad, D), q tensor scale (1,) fp32, q group means (B·H, q groups,
+    D) fp32 (zeros without Q smoothing), k likewise (K smoothed if the recipe says so), its scale, the smoothed K
+    in fp32 (B·H, Nk_pad, D) (for ΔS), Vᵀ E2M1·s_b bf16 (B·H, D, Nk_pad) (16-blocks along tokens), V's scale)."""
+    from lowbit_video.transforms import smooth_k, smooth_q
+
+    B, H, Nq, D = _dims(q, layout)
+    Nk = _dims(k, layout)[2]
+    dev = q.device
+    qb, kb, vb = ((t.transpose(1, 2) if layout == "BNHD" else t).to(torch.float64) for t in (q, k, v))
+    if spec.smooth_k:
+        kb, _ = smooth_k(kb)
+    pad_q = triton.cdiv(Nq, NVFP4_GROUP) * NVFP4_GROUP
+    pad_k = triton.cdiv(Nk, TILE) * TILE
+    qm = torch.zeros((B * H, pad_q // NVFP4_GROUP, D), device=dev, dtype=torch.float32)
+    if spec.smooth_q:
+        qb, qmean = smooth_q(qb, spec.smooth_q_group)
+        qm = qmean[:, :, ::spec.smooth_q_group, :].to(torch.float32).reshape(B * H, -1, D).contiguous()
+    qv, qs = _nvfp4_unscaled(qb, -1, spec.q.outer_scale)
+    kv, ks = _nvfp4_unscaled(kb, -1, spec.k.outer_scale)
+    vv, vs = _nvfp4_unscaled(vb, -2, spec.v.outer_scale)
+    qq = torch.zeros((B * H, pad_q, D), device=dev, dtype=torch.float16)
+    qq[:, :Nq] = qv.reshape(B * H, Nq, D)
+    kk = torch.zeros((B * H, pad_k, D), device=dev, dtype=torch.float16)
+    kk[:, :Nk] = kv.reshape(B * H, Nk, D)
+    vt = torch.zeros((B * H, D, pad_k), device=dev, dtype=torch.float16)
+    vt[:, :, :Nk] = vv.reshape(B * H, Nk, D).transpose(1, 2)
+    kf = torch.zeros((B * H, pad_k, D), device=dev, dtype=torch.float32)
+    kf[:, :Nk] = kb.reshape(B * H, Nk, D)
+    return qq, qs.contiguous(), qm, kk, ks.contiguous(), kf, vt, vs.contiguous()
