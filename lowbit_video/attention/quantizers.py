@@ -62,10 +62,16 @@ def _element_quantizer(op: OperandQuant, *, axis: int, block_of) -> Quantizer:
     raise ValueError(f"unknown format {fmt!r}")
 
 
+TINY_ROWMAX = 2.0 ** -100
+
+
 def _nvfp4_outer(x: torch.Tensor, op: OperandQuant, axis: int):
     """NVFP4's second-level FP32 scale: per tensor, none, or per row (SageAttention3's two-level P̃:
     rowmax/(448·6) first, so the E4M3 block scales use their whole range)."""
     if op.outer_scale != "row":
         return op.outer_scale
     rowmax = x.abs().amax(dim=axis, keepdim=True)
-    return torch.where(rowmax > 0, rowmax / (E4M3_MAX * E2M1_MAX), torch.ones_like(rowmax))
+    # A row whose maximum is <= 2^-100 (P̃ weights below 2^-100 of the running maximum) gets s_o = 1,
+    # so its E4M3 block scales round to 0 and the row quantizes to zero: rowmax/(448·6) would
+    # underflow float32 for the smallest such rows. The Triton kernel uses the same threshold.
+    return torch.where(rowmax > TINY_ROWMAX, rowmax / (E4M3_MAX * E2M1_MAX), torch.ones_like(rowmax))
