@@ -203,7 +203,7 @@ def load_recipe(name_or_path: str | os.PathLike | Recipe) -> Recipe:
 
 
 def recipe_from_file(path: Path) -> Recipe:
-    data = _read_with_includes(Path(path), seen=())
+    data = read_with_includes(Path(path), seen=())
     return recipe_from_dict(data, source=str(path), default_name=Path(path).stem)
 
 
@@ -217,7 +217,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise RecipeError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def _read_with_includes(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+def read_with_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A TOML file with its `include` chain merged (the included file first, this one over it); shared
+    by recipe and study files. `seen` guards against include cycles."""
     resolved = path.resolve()
     if resolved in seen:
         raise RecipeError(f"{path}: include cycle ({' -> '.join(str(p) for p in seen + (resolved,))})")
@@ -230,7 +232,7 @@ def _read_with_includes(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     base_path = path.parent / include
     if not base_path.is_file():
         raise RecipeError(f"{path}: include: no such file {base_path}")
-    base = _read_with_includes(base_path, seen + (resolved,))
+    base = read_with_includes(base_path, seen + (resolved,))
     return _deep_merge(base, data)
 
 
@@ -249,7 +251,7 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 def recipe_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", default_name: str = "") -> Recipe:
     """Build and validate a Recipe; every problem is a RecipeError naming `source` and the key."""
-    where = _Where(source)
+    where = Where(source)
     top = where.table(data, "", {"name", "description", "paper", "attention", "policy", "include"})
     name = where.scalar(top, "name", str, default_name)
     if not name:
@@ -266,7 +268,7 @@ def recipe_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", default
     )
 
 
-class _Where:
+class Where:
     """Validation helper that knows which file it reads, so errors name the file and key."""
 
     def __init__(self, source: str):
@@ -307,7 +309,7 @@ class _Where:
         return tuple(value)
 
 
-def _attention_from_dict(where: _Where, raw: Any) -> AttentionSpec:
+def _attention_from_dict(where: Where, raw: Any) -> AttentionSpec:
     operand_keys = set(OPERANDS)
     scalar_keys = {f.name for f in fields(AttentionSpec)} - operand_keys
     t = where.table(raw, "attention.", scalar_keys | operand_keys)
@@ -342,7 +344,7 @@ def _attention_from_dict(where: _Where, raw: Any) -> AttentionSpec:
     return spec
 
 
-def _draft_from_dict(where: _Where, raw: Any) -> DraftSpec:
+def _draft_from_dict(where: Where, raw: Any) -> DraftSpec:
     p = "attention.draft."
     t = where.table(raw, p, {f.name for f in fields(DraftSpec)})
     given = {name for name in ("fp16", "int8", "nvfp4") if name in t}
@@ -359,7 +361,7 @@ def _draft_from_dict(where: _Where, raw: Any) -> DraftSpec:
         raise where.error(p + e.key, e.message) from None
 
 
-def _operand_from_dict(where: _Where, name: str, raw: Any) -> OperandQuant:
+def _operand_from_dict(where: Where, name: str, raw: Any) -> OperandQuant:
     prefix = f"attention.{name}."
     t = where.table(raw, prefix, {f.name for f in fields(OperandQuant)})
     fmt = where.choice(t, "format", FORMATS, "none", prefix)
@@ -404,7 +406,7 @@ def _operand_from_dict(where: _Where, name: str, raw: Any) -> OperandQuant:
     return op
 
 
-def _policy_from_dict(where: _Where, raw: Any) -> PrecisionPolicy:
+def _policy_from_dict(where: Where, raw: Any) -> PrecisionPolicy:
     p = "policy."
     t = where.table(raw, p, {"apply_to", "high_precision_blocks", "high_precision_steps"})
     apply_to = t.get("apply_to", ["self"])

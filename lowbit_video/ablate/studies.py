@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import UserError
-from ..recipes import _read_with_includes, _Where  # the recipes' include/merge and key-naming validation
+from ..recipes import Where, read_with_includes  # shared include/merge and key-path errors
 
 KINDS = ("table3", "qmax-sweep", "rowsum")
 TENSORS = ("q", "k", "v")
@@ -150,7 +150,7 @@ def load_study(name_or_path: str | os.PathLike) -> Study:
 
 
 def study_from_file(path: Path) -> Study:
-    data = _read_with_includes(Path(path), seen=())
+    data = read_with_includes(Path(path), seen=())
     return study_from_dict(data, source=str(path), default_name=Path(path).stem)
 
 
@@ -161,7 +161,7 @@ _SECTION = {"table3": "table3", "qmax-sweep": "qmax", "rowsum": "rowsum"}
 
 
 def study_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", default_name: str = "") -> Study:
-    w = _Where(source)
+    w = Where(source)
     top = w.table(data, "", _TOP)
     kind = w.choice(top, "kind", KINDS, "", "")
     for other in set(_SECTION.values()) - {_SECTION[kind]}:
@@ -187,7 +187,7 @@ def study_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", default_
                  paper_rows=tuple(dict(r) for r in rows), notes=w.scalar(top, "notes", str, ""))
 
 
-def _run(w: _Where, raw: Any) -> RunDefaults:
+def _run(w: Where, raw: Any) -> RunDefaults:
     p = "run."
     t = w.table(raw, p, {"model", "prompts", "seeds", "steps"})
     seeds = w.int_list(t, "seeds", p) if "seeds" in t else (0,)
@@ -200,7 +200,7 @@ def _run(w: _Where, raw: Any) -> RunDefaults:
                        prompts=w.scalar(t, "prompts", str, "prompts/shapes.txt", p), seeds=seeds, steps=steps)
 
 
-def _capture(w: _Where, raw: Any) -> CaptureParams:
+def _capture(w: Where, raw: Any) -> CaptureParams:
     p = "capture."
     t = w.table(raw, p, {"recipe", "step", "blocks"})
     step = w.scalar(t, "step", int, 0, p)
@@ -209,7 +209,7 @@ def _capture(w: _Where, raw: Any) -> CaptureParams:
     return CaptureParams(recipe=w.scalar(t, "recipe", str, "fp16", p), step=step, blocks=w.int_list(t, "blocks", p))
 
 
-def _recipe_name(w: _Where, key: str, name: str) -> str:
+def _recipe_name(w: Where, key: str, name: str) -> str:
     from ..recipes import load_recipe
 
     try:
@@ -219,7 +219,7 @@ def _recipe_name(w: _Where, key: str, name: str) -> str:
     return name
 
 
-def _table3(w: _Where, raw: Any) -> Table3Params:
+def _table3(w: Where, raw: Any) -> Table3Params:
     p = "table3."
     t = w.table(raw, p, {"baseline", "rows", "metrics"})
     rows_raw = t.get("rows", [])
@@ -249,7 +249,7 @@ def _table3(w: _Where, raw: Any) -> Table3Params:
     return Table3Params(baseline=baseline, rows=tuple(rows), metrics=tuple(metrics))
 
 
-def hundredths(w: _Where, key: str, value: Any) -> int:
+def hundredths(w: Where, key: str, value: Any) -> int:
     """An exact decimal with at most two places ("7.25", 7.25 or 7) as an integer number of hundredths."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise w.error(key, f"expected a decimal like \"7.25\", got {value!r}")
@@ -267,7 +267,7 @@ def fmt_q(h: int) -> str:
     return f"{h // 100}.{h % 100:02d}"
 
 
-def _qmax(w: _Where, raw: Any, capture: CaptureParams) -> QmaxParams:
+def _qmax(w: Where, raw: Any, capture: CaptureParams) -> QmaxParams:
     p = "qmax."
     t = w.table(raw, p, {"q_min", "q_max", "q_step", "bins", "tensors", "rotation_recipe", "tie_rule", "block"})
     lo, hi, step = (hundredths(w, p + k, t.get(k, d)) for k, d in (("q_min", "6.00"), ("q_max", "8.00"), ("q_step", "0.05")))
@@ -305,7 +305,7 @@ def _qmax(w: _Where, raw: Any, capture: CaptureParams) -> QmaxParams:
                       tie_rule=w.choice(t, "tie_rule", TIE_RULES, "smallest", p), block=block, capture=capture)
 
 
-def _rowsum(w: _Where, raw: Any, capture: CaptureParams) -> RowsumParams:
+def _rowsum(w: Where, raw: Any, capture: CaptureParams) -> RowsumParams:
     p = "rowsum."
     t = w.table(raw, p, {"rule", "qmax", "block", "entropy_threshold", "representative_block", "scaling_rows",
                          "pnq_recipe", "direct_recipe"})
