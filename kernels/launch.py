@@ -49,6 +49,18 @@ class KernelStats:
 last_stats = KernelStats()
 
 
+def _spec_and_variant(recipe):
+    """The recipe's AttentionSpec and the kernel variant that runs it; NotImplementedError (with the
+    reason) for a recipe the kernels do not cover."""
+    from lowbit_video.recipes import AttentionSpec, load_recipe
+
+    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
+    variant, why = _variant(spec)
+    if variant is None:
+        raise NotImplementedError(why)
+    return spec, variant
+
+
 def _variant(spec) -> tuple[str | None, str]:
     """(variant, reason it is not supported)."""
     if spec.kind == "dense":
@@ -158,13 +170,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     rope_segments: the model's RoPE t/h/w split for the "half" rotation (as attend's; default the
         recipe's, else Wan's split of head_dim).
     """
-    global last_stats
-    from lowbit_video.recipes import AttentionSpec, load_recipe
-
-    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
-    variant, why = _variant(spec)
-    if variant is None:
-        raise NotImplementedError(why)
+    spec, variant = _spec_and_variant(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     B, H, Nq, D = prepass._dims(q, layout)
@@ -328,12 +334,7 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
                exact_p: bool = False, promote: bool = True, config: dict | None = None, rope_segments=None):
     """For benchmarks: (prepass, kernel) zero-argument callables whose sequence equals one
     `attention(...)` call; `kernel` reuses the operands of the last `prepass` (one is run here)."""
-    from lowbit_video.recipes import AttentionSpec, load_recipe
-
-    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
-    variant, why = _variant(spec)
-    if variant is None:
-        raise NotImplementedError(why)
+    spec, variant = _spec_and_variant(recipe)
     B, H, Nq, D = prepass._dims(q, layout)
     Nk = prepass._dims(k, layout)[2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)

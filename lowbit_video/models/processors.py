@@ -38,6 +38,7 @@ self/joint attention only (cross-attention stays 16-bit).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections import Counter
 from typing import Any
@@ -122,17 +123,12 @@ class InjectionContext:
         return out
 
 
-_DENSE = None
-
-
+@functools.cache
 def _dense_recipe() -> Recipe:
-    """The unquantized recipe (torch SDPA in the inputs' dtype), loaded once."""
-    global _DENSE
-    if _DENSE is None:
-        from ..recipes import load_recipe
+    """The unquantized recipe (torch SDPA in the inputs' dtype), parsed once (recipes are frozen)."""
+    from ..recipes import load_recipe
 
-        _DENSE = load_recipe("fp16")
-    return _DENSE
+    return load_recipe("fp16")
 
 
 # ------------------------------------------------------------------------------ mask handling
