@@ -77,7 +77,7 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
                P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
-               PROW: tl.constexpr = False):
+               PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False):
     """One key tile of the online-softmax recurrence (the core every variant shares).
 
     K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
@@ -101,7 +101,12 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
     scales · sm_scale·log2 e; SMQ 2 adds ΔS as for MODE 3. P̃ is quantized per 16 keys of each row as
     formats/nvfp4: s_b = E4M3_RNE(amax_b / (6·s_o)), elements E2M1_RNE(P̃ / (s_b·s_o)); s_o = 1 (PROW
     False) or the two-level rowmax(P̃ tile)/(448·6) (PROW, SageAttention3). P̂/s_o = E2M1·s_b is exact in
-    fp16; the P̂·V̂ MMA runs in fp16 against V's E2M1·s_b and s_o multiplies the tile's product per row."""
+    fp16; the P̂·V̂ MMA runs in fp16 against V's E2M1·s_b and s_o multiplies the tile's product per row.
+
+    PHASE (DraftAttention2's precision phases sharing one state): the tile's P̂·V̂ product is taken out of
+    the MMA and multiplied by `pvs` (this phase's V scale per channel, times 2^−P_SHIFT) before it joins
+    the fp32 accumulator, and `lsc` (= 2^−P_SHIFT) brings the tile's Σ P̃ to the unshifted unit, so
+    every phase adds to m, ℓ and Õ in the same units and the output is normalised once."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
     v_ptrs = vt_base + offs_n[None, :] * sv_n
@@ -171,7 +176,7 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         if PNQ:
             l_i = l_i * alpha + tl.sum(p, axis=1)
         else:
-            l_i = l_i * alpha + tl.sum(y, axis=1)
+            l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 3:
         # the tile's row maximum of P̃ (= exp2 of the logit maximum: the same fp32 value as max(y))
         ymax = tl.exp2(tl.max(qk, axis=1) - mb)
@@ -186,7 +191,7 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         if PNQ:
             l_i = l_i * alpha + tl.sum(codes, axis=1) * sp
         else:
-            l_i = l_i * alpha + tl.sum(y, axis=1)
+            l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 4:
         # NVFP4 P̃: blocks of 16 keys per row, as formats/nvfp4.quantize (s_b from the block maximum)
         yb = tl.reshape(y, (BLOCK_M, BLOCK_N // 16, 16))
@@ -211,10 +216,10 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         if PNQ:
             l_i = l_i * alpha + tl.sum(p, axis=1) * so
         else:
-            l_i = l_i * alpha + tl.sum(y, axis=1)
+            l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     else:
         p = y
-        l_i = l_i * alpha + tl.sum(y, axis=1)
+        l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     if MASKED and MODE == 0:
         vt = tl.load(v_ptrs, mask=inb[None, :], other=0.0)
     else:
@@ -228,12 +233,20 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         pv = tl.dot(p.to(vt.dtype), tl.trans(vt))
         acc = acc * alpha[:, None] + pv * so[:, None]
     else:
-        if P_FP8:
+        if P_FP8 and PHASE:
+            p_op = e4m3_round(p).to(tl.float8e4nv)  # RNE first: the CPU interpreter's cast is not RNE
+        elif P_FP8:
             p_op = p.to(tl.float8e4nv)
         else:
             p_op = p.to(vt.dtype)
         acc = acc * alpha[:, None]
-        if PROMOTE:
+        if PHASE:
+            if PROMOTE and P_FP8:
+                pv = tl.dot(p_op, tl.trans(vt), max_num_imprecise_acc=BLOCK_N)
+            else:
+                pv = tl.dot(p_op, tl.trans(vt))
+            acc = acc + pv * pvs
+        elif PROMOTE:
             acc = tl.dot(p_op, tl.trans(vt), acc, max_num_imprecise_acc=BLOCK_N)
         else:
             acc = tl.dot(p_op, tl.trans(vt), acc)
@@ -346,3 +359,86 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < N_Q)[:, None])
     if MODE == 1:
         tl.atomic_add(BAD, n_bad)
+
+
+@triton.jit
+def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID, IDX, CNT, PK, PV, O,
+              R, S, W, N_PRE, sm_scale_log2, p8_shift_inv,
+              HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, P8_SHIFT: tl.constexpr, PROMOTE: tl.constexpr,
+              NUM_STAGES: tl.constexpr):
+    """DraftAttention2, block-sparse and mixed precision: one program per (packed query region, b·h).
+
+    Operands are packed region blocks of BLOCK slots (S = R·BLOCK per b·h, padding slots zero and marked 0
+    in VALID): Q16/K16/V16 (B·H, S, D) 16-bit; Q8/K8 INT8 codes (B·H, S, D) with fp32 scales QS8 (one per
+    region block, (B·H, R)) and KS8 (per slot, (B·H, S)), V8T FP8 E4M3 (B·H, D, S) with VS8 (B·H, D)
+    per channel; Q4/K4 (B·H, S, D) and V4T (B·H, D, S) NVFP4 as E2M1·s_b in fp16 (exact) with the fp32
+    outer scales S4 (B·H, 3) = (s_o(Q), s_o(K), s_o(V)). IDX (B·H, R, W) int32 lists this query region's
+    retained key blocks, grouped by phase (NVFP4, INT8/FP8, 16-bit — anemoi's order) with CNT
+    (B·H, R, 3) entries each. PK, PV (B·H, N_PRE, D): the prefix (text) keys, dense at 16 bit, last.
+    Every phase is `_tile_step` of the shared core with PHASE=True: one (m, ℓ, Õ) per row, normalised once
+    (rows that kept nothing give 0). O (B·H, S, D) fp32, packed.
+    """
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    base = bh.to(tl.int64) * S * HEAD_DIM
+    ones = tl.full((BLOCK,), 1.0, tl.float32)
+    qm16 = tl.zeros((16, HEAD_DIM), tl.float32)
+    m_i = tl.full((BLOCK,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK,), tl.float32)
+    acc = tl.zeros((BLOCK, HEAD_DIM), tl.float32)
+    n_bad = tl.zeros((), tl.int32)
+    lists = IDX + (bh.to(tl.int64) * R + pid_m) * W
+    cnt = CNT + (bh * R + pid_m) * 3
+    n4 = tl.load(cnt)
+    n8 = tl.load(cnt + 1)
+    n16 = tl.load(cnt + 2)
+
+    # phase 1: NVFP4 (MODE 4): QKᵀ and P̂·V̂ as exact fp16 MMAs, P̃ per 16 keys (s_o = 1)
+    if n4 > 0:
+        q = tl.load(Q4 + base + rows)
+        c_row = ones * (tl.load(S4 + bh * 3) * tl.load(S4 + bh * 3 + 1) * sm_scale_log2)
+        pvs = tl.zeros((1, HEAD_DIM), tl.float32) + tl.load(S4 + bh * 3 + 2)
+        for j in tl.range(0, n4, num_stages=NUM_STAGES):
+            start_n = tl.load(lists + j) * BLOCK
+            acc, m_i, l_i, n_bad = _tile_step(
+                acc, m_i, l_i, n_bad, q, K4 + base, HEAD_DIM, V4T + base + offs_d[:, None] * S, 1, offs_d,
+                start_n, VALID, VALID, c_row, S, VALID, 0, qm16, 0.0, 4, True, True, False, False, 0, 2, 6.0,
+                0.0, BLOCK, BLOCK, False, False, 15, 0, False, 1.0, pvs, True)
+    # phase 2: INT8 QKᵀ (per-block Q scale, per-slot K scale), FP8 P̃·V̂ (static 1/448, per-channel V)
+    if n8 > 0:
+        q = tl.load(Q8 + base + rows)
+        c_row = ones * (tl.load(QS8 + bh * R + pid_m) * sm_scale_log2)
+        pvs = (tl.load(VS8 + bh * HEAD_DIM + offs_d) * p8_shift_inv)[None, :]
+        for j in tl.range(0, n8, num_stages=NUM_STAGES):
+            start_n = tl.load(lists + n4 + j) * BLOCK
+            acc, m_i, l_i, n_bad = _tile_step(
+                acc, m_i, l_i, n_bad, q, K8 + base, HEAD_DIM, V8T + base + offs_d[:, None] * S, 1, offs_d,
+                start_n, VALID, KS8 + bh.to(tl.int64) * S, c_row, S, VALID, 0, qm16, 0.0, 2, True, True, False,
+                True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, p8_shift_inv, pvs, True)
+    # phase 3: 16 bit (the caller's dtype), unquantized
+    if n16 > 0:
+        q = tl.load(Q16 + base + rows)
+        c_row = ones * sm_scale_log2
+        for j in tl.range(0, n16, num_stages=NUM_STAGES):
+            start_n = tl.load(lists + n4 + n8 + j) * BLOCK
+            acc, m_i, l_i, n_bad = _tile_step(
+                acc, m_i, l_i, n_bad, q, K16 + base, HEAD_DIM, V16 + base + offs_d[:, None], HEAD_DIM, offs_d,
+                start_n, VALID, VALID, c_row, S, VALID, 0, qm16, 0.0, 0, True, True, False, False, 0, 2, 6.0,
+                0.0, BLOCK, BLOCK, False, False, 15, 0, False, 1.0, 1.0, True)
+    # prefix keys: dense 16 bit for every video query, outside the budget (ragged last tile masked)
+    if N_PRE > 0:
+        q = tl.load(Q16 + base + rows)
+        c_row = ones * sm_scale_log2
+        pbase = bh.to(tl.int64) * N_PRE * HEAD_DIM
+        for start_n in range(0, N_PRE, BLOCK):
+            acc, m_i, l_i, n_bad = _tile_step(
+                acc, m_i, l_i, n_bad, q, PK + pbase, HEAD_DIM, PV + pbase + offs_d[:, None], HEAD_DIM, offs_d,
+                start_n, VALID, VALID, c_row, N_PRE, VALID, 0, qm16, 0.0, 0, True, False, False, False, 0, 2,
+                6.0, 0.0, BLOCK, BLOCK, False, False, 15, 0, False, 1.0, 1.0, True)
+
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = tl.where(l_i[:, None] > 0, acc / l_safe[:, None], 0.0)
+    tl.store(O + base + rows, out)

@@ -44,6 +44,19 @@ def draft_map(
     is query region a's estimated distribution of attention over key regions."""
     q_mean, q_max = pool_regions(q_packed, layout)
     k_mean, k_max = pool_regions(k_packed, layout)
+    return draft_scores(q_mean, q_max, k_mean, k_max, scale=scale, maxpool_weight=maxpool_weight)
+
+
+def draft_scores(
+    q_mean: torch.Tensor,
+    q_max: torch.Tensor,
+    k_mean: torch.Tensor,
+    k_max: torch.Tensor,
+    *,
+    scale: float,
+    maxpool_weight: float,
+) -> torch.Tensor:
+    """The draft map (..., R, R) from pooled (..., R, D) descriptors (what the GPU pre-pass produces)."""
     w = float(maxpool_weight)
     mean_map = torch.softmax((q_mean @ k_mean.transpose(-1, -2)) * scale, dim=-1)
     if w == 0.0:

@@ -1,0 +1,160 @@
+"""`draft_attention(q, k, v, recipe, geometry)`: DraftAttention2 (draftattention2, draftattention-sparse16)
+on the GPU, in three steps, each timed separately by `split_draft` for the benchmarks:
+
+1. pre-pass (`draft_prepass`): one Triton pass over Q, K, V per region block → packed operands of every
+   precision + pooled draft descriptors;
+2. route: the engine's own `draft_scores` / `head_quotas` / `allocate` (torch, float64, on the GPU), so the
+   kernel runs the decisions the reference engine makes; then per query region the retained key blocks,
+   grouped by phase (a CSR of the code map);
+3. `draft_fwd` (kernels/_core.py): block-sparse, NVFP4 → INT8/FP8 → 16-bit phases over one
+   online-softmax state, prefix keys dense at 16 bit, normalised once; the packed output is restored to
+   token order by the layout's inverse index. Prefix (text) queries attend densely (torch SDPA).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ._core import draft_fwd
+from .draft_prepass import draft_prepass
+
+P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
+_PHASE_RANK = {4: 0, 8: 1, 16: 2}  # anemoi's phase order; skipped pairs sort last
+
+
+@dataclass(frozen=True, eq=False)
+class DraftPlan:
+    """What the kernel runs: `codes` (B, H, R, R) precision per region pair (16, 8, 4 or 0 = skipped),
+    `idx` (B·H, R, W) retained key blocks per query region grouped by phase, `cnt` (B·H, R, 3)."""
+
+    codes: torch.Tensor
+    idx: torch.Tensor
+    cnt: torch.Tensor
+
+    def density(self) -> float:
+        """Retained share of the video region pairs (all precisions)."""
+        return float((self.codes != 0).double().mean())
+
+    def fractions(self) -> dict[str, float]:
+        return {str(c): float((self.codes == c).double().mean()) for c in (16, 8, 4)}
+
+
+def plan_from_codes(codes: torch.Tensor) -> DraftPlan:
+    """The per-query-region key lists of a code map (B, H, R, R)."""
+    B, H, R, _ = codes.shape
+    rank = torch.full((17,), 3, dtype=torch.int64, device=codes.device)
+    for code, r in _PHASE_RANK.items():
+        rank[code] = r
+    key = rank[codes.long()] * R + torch.arange(R, device=codes.device)
+    cols = (key.sort(dim=-1).values % R).to(torch.int32).reshape(B * H, R, R)
+    cnt = torch.stack([(codes == c).sum(-1) for c in (4, 8, 16)], dim=-1).to(torch.int32).reshape(B * H, R, 3)
+    width = max(1, int(cnt.sum(-1).max()))
+    return DraftPlan(codes, cols[..., :width].contiguous(), cnt.contiguous())
+
+
+def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
+    """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors."""
+    from lowbit_video.attention.draft_alloc import allocate, head_quotas
+    from lowbit_video.attention.draft_map import draft_scores
+
+    scores = draft_scores(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
+                          maxpool_weight=spec.maxpool_weight)
+    return allocate(scores, head_quotas(regions, spec))
+
+
+def _draft_spec(recipe):
+    from lowbit_video.recipes import AttentionSpec, load_recipe
+
+    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
+    if spec.kind != "draft":
+        raise ValueError(f"draft_attention runs kind = 'draft' recipes, got {spec.kind!r}")
+    return spec.draft
+
+
+def _check(q, k, v, layout, geometry, spec):
+    if layout not in ("BHND", "BNHD"):
+        raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
+    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError("the draft kernel takes fp16 or bf16 q, k, v of one dtype")
+    D = q.shape[-1]
+    if D not in (64, 128) or k.shape[-1] != D or v.shape[-1] != D:
+        raise ValueError(f"the draft kernel supports head_dim 64 and 128 (q, k, v alike), got {D}")
+    n = q.shape[1 if layout == "BNHD" else 2]
+    if n != geometry.tokens or k.shape[1 if layout == "BNHD" else 2] != n:
+        raise ValueError(f"draft attention is self-attention over the geometry's {geometry.tokens} tokens, got {n}")
+    if spec.block != 64:
+        raise ValueError(f"the draft kernel runs 64-token region blocks, recipe block {spec.block}")
+
+
+def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float | None = None,
+                codes: torch.Tensor | None = None, config: dict | None = None):
+    """(prepass, route, kernel) zero-argument callables whose sequence is one `draft_attention` call
+    (each reuses the previous one's results), and the box they fill: "pre", "plan", "out"."""
+    from lowbit_video.attention.draft_layout import pack_layout
+
+    spec = _draft_spec(recipe)
+    _check(q, k, v, layout, geometry, spec)
+    lay = pack_layout(geometry, spec.block)
+    R, blk, P = lay.regions, lay.block, geometry.prefix
+    D = q.shape[-1]
+    B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
+    sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    cfg = {"num_warps": 4, "NUM_STAGES": 2, "PROMOTE": True}
+    cfg.update(config or {})
+    dev = q.device
+    gather = lay.gather.to(dev)
+    valid = (lay.gather >= 0).to(device=dev, dtype=torch.int8)
+    inverse = lay.inverse.to(dev)
+    box: dict = {}
+
+    def bhnd(t):
+        return t.transpose(1, 2) if layout == "BNHD" else t
+
+    def run_prepass():
+        box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P)
+
+    def run_route():
+        c = codes if codes is not None else route(box["pre"], spec, R, sm_scale)
+        box["plan"] = plan_from_codes(c.to(dev))
+
+    def run_kernel():
+        pre, plan = box["pre"], box["plan"]
+        S = R * blk
+        o = torch.empty((B * H, S, D), device=dev, dtype=torch.float32)
+        if P:
+            pk = bhnd(k)[:, :, :P, :].reshape(B * H, P, D).contiguous()
+            pv = bhnd(v)[:, :, :P, :].reshape(B * H, P, D).contiguous()
+        else:
+            pk = pv = pre["k16"]
+        draft_fwd[(R, B * H)](
+            pre["q16"], pre["k16"], pre["v16"], pre["q8"], pre["k8"], pre["v8t"], pre["qs8"], pre["ks8"],
+            pre["vs8"], pre["q4"], pre["k4"], pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pk, pv, o,
+            R, S, plan.idx.shape[-1], P, sm_scale * 1.4426950408889634, P_FP8_SCALE,
+            HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
+            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"])
+        video = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
+        if P:
+            qb = bhnd(q)
+            pre_out = torch.nn.functional.scaled_dot_product_attention(qb[:, :, :P], bhnd(k), bhnd(v), scale=sm_scale)
+            video = torch.cat([pre_out, video], dim=2)
+        box["out"] = video.transpose(1, 2) if layout == "BNHD" else video
+        return box["out"]
+
+    return run_prepass, run_route, run_kernel, box
+
+
+def draft_attention(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float | None = None,
+                    codes: torch.Tensor | None = None, return_plan: bool = False, config: dict | None = None):
+    """DraftAttention2 of q, k, v (B, H, N, D) (or BNHD) laid out as `geometry` (prefix + video tokens),
+    fp16/bf16, head_dim 64/128, 64-token region blocks. `codes` (B, H, R, R) overrides the router (tests
+    compare kernel and engine on one routing decision). Returns the output in q's layout and dtype (and
+    the DraftPlan with return_plan)."""
+    prep, rte, kern, box = split_draft(q, k, v, recipe, geometry, layout=layout, scale=scale, codes=codes,
+                                       config=config)
+    prep()
+    rte()
+    out = kern()
+    return (out, box["plan"]) if return_plan else out

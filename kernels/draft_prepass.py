@@ -1,0 +1,178 @@
+"""DraftAttention2's fused operand pre-pass: one read of Q, K and V per region block gives the packed
+16-bit copy, the INT8 / FP8 and NVFP4 operands of the low-bit phases, and (Q, K) the pooled draft
+descriptors (mean and max per region) — the seed's "fused operand preparation" (§C).
+
+Exact against the reference engine (lowbit_video/attention/draft_exec.py `prepare_operands`, draft_map
+`pool_regions`), which is what tests/test_kernels_draft.py checks bit for bit:
+- INT8 Q/K, one scale per region block (block × head_dim values): s = fl32(amax / 127) from an fp64
+  quotient (Triton's fp32 `/` is not correctly rounded), codes RNE(x / s) in fp64, clamped to ±127.
+- FP8 V, one scale per channel over all video tokens: s = fl32(amax / 448) (computed in torch, fp64),
+  codes E4M3_RNE(v / s) with the quotient and the rounding in fp64.
+- NVFP4 Q/K along head_dim and V along (packed) tokens, blocks of 16, outer scale per (batch, head)
+  s_o = fl32(amax / 2688): s_b = E4M3_RNE(amax_b / (6·s_o)) and elements E2M1_RNE(x / (s_b·s_o)), both
+  from fp64 quotients rounded once onto the grid in fp64 (an fp32 intermediate would round twice).
+  Stored as E2M1·s_b in fp16 (exact: ≤ 6 significant bits, multiples of 2^−10 up to 2688).
+- Pooling: the sum of a region's real tokens in fp64 (exact for 16-bit inputs whose exponents span
+  < 2^45, so the order of summation does not matter) over the real-token count; the max over real tokens.
+Padding slots are zero in every operand, as in the engine.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _grid_round_f64(a, lo_exp: tl.constexpr, shift: tl.constexpr):
+    """RNE of a >= 0 (fp64) onto a floating-point grid whose step at a is 2^(max(E, lo_exp) − shift),
+    E = floor(log2 a): one add-and-subtract of C = 2^(max(E, lo_exp) − shift + 52), whose ulp is that step
+    and whose significand is even (ties go to the even grid point)."""
+    e = ((a.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1023
+    c = ((tl.maximum(e, lo_exp) - shift + 52 + 1023) << 52).to(tl.float64, bitcast=True)
+    return (a + c) - c
+
+
+@triton.jit
+def e4m3_rne_f64(t):
+    """|t| RNE onto E4M3 (step 2^(E−3), subnormal step 2^−9), saturating at 448; sign kept."""
+    r = tl.minimum(_grid_round_f64(tl.abs(t), -6, 3), 448.0)
+    return tl.where(t < 0, -r, r)
+
+
+@triton.jit
+def e2m1_rne_f64(t):
+    """|t| RNE onto E2M1 {0, .5, 1, 1.5, 2, 3, 4, 6} (step 2^(max(E, 0) − 1)), saturating at 6; sign kept."""
+    r = tl.minimum(_grid_round_f64(tl.abs(t), 0, 1), 6.0)
+    return tl.where(t < 0, -r, r)
+
+
+@triton.jit
+def _nvfp4_rows(x, so, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """E2M1·s_b (fp64) of x (ROWS, COLS) fp64 in blocks of 16 along COLS, outer scale so (fp64 scalar)."""
+    xb = tl.reshape(x, (ROWS, COLS // 16, 16))
+    amax = tl.max(tl.abs(xb), axis=2)
+    sb = e4m3_rne_f64(amax / (6.0 * so))
+    step = sb * so
+    z = xb / tl.where(sb > 0, step, 1.0)[:, :, None]
+    e = tl.where((sb > 0)[:, :, None], e2m1_rne_f64(z), 0.0)
+    return tl.reshape(e * sb[:, :, None], (ROWS, COLS))
+
+
+@triton.jit
+def _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh,
+                 D: tl.constexpr, BLOCK: tl.constexpr):
+    b = pid_bh // H
+    h = pid_bh % H
+    slots = pid_r * BLOCK + tl.arange(0, BLOCK)
+    tok = tl.load(GATHER + slots)
+    real = tok >= 0
+    cols = tl.arange(0, D)
+    x = tl.load(X + b.to(tl.int64) * sx_b + h * sx_h + (PREFIX + tok)[:, None].to(tl.int64) * sx_n
+                + cols[None, :] * sx_d, mask=real[:, None], other=0.0)
+    return x, real, slots, cols
+
+
+@triton.jit
+def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PMEAN, PMAX, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
+                     D: tl.constexpr, BLOCK: tl.constexpr):
+    """One (region block, b·h): packed 16-bit copy, INT8 per block, NVFP4 along head_dim, pooled mean/max."""
+    pid_r = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
+    out = pid_bh.to(tl.int64) * (R * BLOCK * D) + slots[:, None] * D + cols[None, :]
+    tl.store(X16 + out, x)
+    x64 = x.to(tl.float64)
+    # pooled draft descriptors (padding never enters a mean or a maximum)
+    count = tl.sum(real.to(tl.float64), axis=0)
+    pool = pid_bh.to(tl.int64) * (R * D) + pid_r * D + cols
+    tl.store(PMEAN + pool, tl.sum(x64, axis=0) / count)
+    tl.store(PMAX + pool, tl.max(tl.where(real[:, None], x64, float("-inf")), axis=0))
+    # INT8, one scale per region block
+    s8 = (tl.max(tl.max(tl.abs(x64), axis=1), axis=0) / 127.0).to(tl.float32)
+    s8 = tl.where(s8 > 0, s8, 1.0)
+    t = x64 / s8.to(tl.float64)
+    t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer (1.5·2^52)
+    tl.store(X8 + out, tl.minimum(tl.maximum(t, -127.0), 127.0).to(tl.int8))
+    tl.store(S8 + pid_bh * R + pid_r, s8)
+    # NVFP4 along head_dim
+    so = tl.load(S4 + pid_bh).to(tl.float64)
+    tl.store(X4 + out, _nvfp4_rows(x64, so, BLOCK, D).to(tl.float16))
+
+
+@triton.jit
+def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
+                    D: tl.constexpr, BLOCK: tl.constexpr):
+    """One (region block, b·h) of V: packed 16-bit copy; FP8 per channel and NVFP4 along tokens, transposed."""
+    pid_r = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
+    base = pid_bh.to(tl.int64) * (R * BLOCK * D)
+    tl.store(V16 + base + slots[:, None] * D + cols[None, :], x)
+    xt = tl.trans(x.to(tl.float64))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
+    outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
+    t = xt / tl.load(VS8 + pid_bh * D + cols).to(tl.float64)[:, None]
+    tl.store(V8T + outt, e4m3_rne_f64(t).to(tl.float32).to(tl.float8e4nv))  # exact cast (on the grid)
+    so = tl.load(S4 + pid_bh).to(tl.float64)
+    tl.store(V4T + outt, _nvfp4_rows(xt, so, D, BLOCK).to(tl.float16))
+
+
+def _bhnd(t: torch.Tensor, layout: str):
+    """(B, H, N, D) and the BHND strides of t."""
+    if layout == "BNHD":
+        B, N, H, D = t.shape
+        return (B, H, N, D), (t.stride(0), t.stride(2), t.stride(1), t.stride(3))
+    return tuple(t.shape), tuple(t.stride())
+
+
+def _scale_f32(amax64: torch.Tensor, divisor: float) -> torch.Tensor:
+    """fl32(amax / divisor) from an fp64 quotient; 0 (all-zero data) -> 1, as formats._blocks.float32_scale."""
+    s = (amax64 / divisor).to(torch.float32)
+    return torch.where(s > 0, s, torch.ones_like(s))
+
+
+def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, block: int, prefix: int):
+    """Packed operands of every phase plus the pooled descriptors.
+
+    Returns a dict: q16/k16/v16 (B·H, S, D) in the input dtype; q8/k8 int8 (B·H, S, D), qs8 (B·H, R),
+    ks8 (B·H, S) (the block scale per slot); v8t E4M3 (B·H, D, S), vs8 (B·H, D); q4/k4 (B·H, S, D),
+    v4t (B·H, D, S) fp16 E2M1·s_b; s4 (B·H, 3) fp32 outer scales of Q, K, V; q_mean/q_max/k_mean/k_max
+    (B, H, R, D) fp64. S = regions · block."""
+    (B, H, N, D), sq = _bhnd(q, layout)
+    sk, sv = _bhnd(k, layout)[1], _bhnd(v, layout)[1]
+    dev = q.device
+    S = regions * block
+    BH = B * H
+    gather32 = gather.to(device=dev, dtype=torch.int32)
+
+    def video(t):  # (B, H, Nv, D) view of the video tokens
+        t = t.transpose(1, 2) if layout == "BNHD" else t
+        return t[:, :, prefix:, :]
+
+    # per-(batch, head) NVFP4 outer scales and V's per-channel FP8 scales: one torch reduction each
+    s4 = torch.stack([_scale_f32(video(t).abs().amax(dim=(-2, -1)).to(torch.float64), 2688.0).reshape(BH)
+                      for t in (q, k, v)], dim=-1).contiguous()
+    vs8 = _scale_f32(video(v).abs().amax(dim=-2).to(torch.float64), 448.0).reshape(BH, D).contiguous()
+
+    out = {"s4": s4, "vs8": vs8}
+    grid = (regions, BH)
+    for name, x, st in (("q", q, sq), ("k", k, sk)):
+        x16 = torch.empty((BH, S, D), device=dev, dtype=x.dtype)
+        x8 = torch.empty((BH, S, D), device=dev, dtype=torch.int8)
+        s8 = torch.empty((BH, regions), device=dev, dtype=torch.float32)
+        x4 = torch.empty((BH, S, D), device=dev, dtype=torch.float16)
+        pmean = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
+        pmax = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
+        _draft_qk_kernel[grid](x, gather32, s4[:, 0 if name == "q" else 1].contiguous(), x16, x8, s8, x4,
+                               pmean, pmax, *st, H, prefix, regions, D=D, BLOCK=block, num_warps=4)
+        out.update({f"{name}16": x16, f"{name}8": x8, f"{name}s8": s8, f"{name}4": x4,
+                    f"{name}_mean": pmean, f"{name}_max": pmax})
+    out["ks8"] = out["ks8"].repeat_interleave(block, dim=1).contiguous()  # per slot, as the kernel reads it
+    v16 = torch.empty((BH, S, D), device=dev, dtype=v.dtype)
+    v8t = torch.empty((BH, D, S), device=dev, dtype=torch.float8_e4m3fn)
+    v4t = torch.empty((BH, D, S), device=dev, dtype=torch.float16)
+    _draft_v_kernel[grid](v, gather32, vs8, s4[:, 2].contiguous(), v16, v8t, v4t, *sv, H, prefix, regions,
+                          D=D, BLOCK=block, num_warps=4)
+    out.update(v16=v16, v8t=v8t, v4t=v4t)
+    return out

@@ -1,0 +1,232 @@
+"""DraftAttention2's GPU path (kernels/draft.py, draft_prepass.py, `draft_fwd` in kernels/_core.py) against
+the reference engine (lowbit_video/attention/draft*.py).
+
+What must be equal and why:
+- the pre-pass operands and pooled descriptors: bit for bit (same formats, fp64 quotients rounded once);
+- the routing decision: the kernel path calls the engine's own scoring and allocation, so the codes are
+  equal (checked; the pooled descriptors are bit-equal, and GPU float64 matmul order could only flip
+  exact near-ties);
+- the output, given one routing decision: the kernel's P̃ is an fp32 exp2 (the engine's float64), its
+  16-bit phase multiplies P̃ rounded to the input dtype, and the output is rounded to the input dtype. So
+  the kernel–engine difference is held to the 16-bit rounding floor, 2^-9 (fp16: 4 ulps of relative error
+  at 2^-11), and, per low-bit phase, to at most 5 % of that phase's own quantization error (engine at
+  that precision vs. engine at 16 bit on the same sparsity pattern).
+
+CPU: the checks run through Triton's interpreter (TRITON_INTERPRET=1, fp16: the interpreter's bf16 MMA is
+wrong) in a subprocess; GPU tests (bf16 and fp16, larger shapes) skip on CPU with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+FLOOR = 2.0**-9
+RATIO = 0.05
+
+try:
+    import triton  # noqa: F401
+
+    HAS_TRITON = True
+except Exception:  # pragma: no cover - depends on the environment
+    HAS_TRITON = False
+
+needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() and HAS_TRITON),
+                                reason="needs a CUDA device and triton (GPU figures live in results/kernels-h200.md)")
+
+
+def rel_l2(a, b) -> float:
+    a, b = a.double(), b.double()
+    n = float(b.norm())
+    return float((a - b).norm()) / n if n > 0 else float((a - b).norm())
+
+
+def make_qkv(geo, b, h, d, *, dtype, device="cpu", seed=0, outliers=False):
+    g = torch.Generator().manual_seed(seed)
+    n = geo.tokens
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
+    if outliers:
+        ch = torch.randperm(d, generator=g)[:3]
+        q[..., ch] *= 8.0
+        k[..., ch] *= 8.0
+        k = k + 2.0
+        v[..., torch.randperm(n, generator=g)[:5], :] *= 20.0
+        q, k = q / 3.0, k / 3.0
+    return tuple(t.to(dtype).to(device) for t in (q, k, v))
+
+
+# ------------------------------------------------------------------ checks (run on GPU or in the interpreter)
+
+
+def check_prepass(device, dtype, d=64):
+    """Pre-pass operands and pooled descriptors vs the engine's `prepare_operands` / `pool_regions`."""
+    from lowbit_video.attention.draft_exec import _int8_per_block, _nvfp4_per_head, prepare_operands
+    from lowbit_video.attention.draft_layout import VideoGeometry, pack_layout
+    from lowbit_video.attention.draft_map import pool_regions
+    from lowbit_video.kernels.draft_prepass import draft_prepass
+
+    geo = VideoGeometry(2, 7, 11, prefix=3)
+    q, k, v = make_qkv(geo, 1, 2, d, dtype=dtype, device=device, outliers=True)
+    lay = pack_layout(geo, 64)
+    R, P, S = lay.regions, geo.prefix, lay.slots
+    pre = draft_prepass(q, k, v, "BHND", lay.gather.to(device), R, 64, P)
+    bad = {}
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        xp = lay.pack(x[..., P:, :].double().cpu())
+        ops = prepare_operands(xp, xp, xp, 64, (8, 4))
+        if name in "qk":
+            s8 = pre[f"{name}s8"][:, ::64] if name == "k" else pre[f"{name}s8"]  # k: one per slot
+            x8 = pre[f"{name}8"].cpu().double().view(1, 2, R, 64, d) * s8.cpu().double().view(1, 2, R, 1, 1)
+            bad[f"{name}8"] = int((x8.reshape(1, 2, S, d) != ops[8].q).sum())
+            x4 = pre[f"{name}4"].cpu().double().view(1, 2, S, d) * pre["s4"][:, "qk".index(name)].cpu().double().view(1, 2, 1, 1)
+            bad[f"{name}4"] = int((x4 != ops[4].q).sum())
+            mean, mx = pool_regions(xp, lay)
+            bad[f"{name}_pool"] = int((pre[f"{name}_mean"].cpu() != mean).sum() + (pre[f"{name}_max"].cpu() != mx).sum())
+            bad[f"{name}16"] = int((pre[f"{name}16"].cpu().double().view(1, 2, S, d) != xp).sum())
+        else:
+            v8 = pre["v8t"].cpu().float().double().view(1, 2, d, S).transpose(-1, -2) * pre["vs8"].cpu().double().view(1, 2, 1, d)
+            bad["v8"] = int((v8 != ops[8].v).sum())
+            v4 = pre["v4t"].cpu().double().view(1, 2, d, S).transpose(-1, -2) * pre["s4"][:, 2].cpu().double().view(1, 2, 1, 1)
+            bad["v4"] = int((v4 != ops[4].v).sum())
+            bad["v16"] = int((pre["v16"].cpu().double().view(1, 2, S, d) != xp).sum())
+    return bad
+
+
+def _engine_packed(q, k, v, codes, lay, P, scale):
+    from lowbit_video.attention.draft_exec import run_phases
+
+    qd, kd, vd = (t.double().cpu() for t in (q, k, v))
+    out, _, _ = run_phases(lay.pack(qd[..., P:, :]), lay.pack(kd[..., P:, :]), lay.pack(vd[..., P:, :]), codes.cpu(),
+                           lay, scale=scale, prefix_k=kd[..., :P, :], prefix_v=vd[..., :P, :])
+    return lay.unpack(out)
+
+
+def check_phases(device, dtype, d=64, b=1, h=2, frames=2, height=8, width=10, prefix=5, layout="BHND"):
+    """Per forced code map (all 16 / all 8 / all 4 / random mix incl. skips): [kernel vs engine, the
+    phase's own error (engine at that precision vs engine at 16 bit, same support)]."""
+    from lowbit_video.attention.draft_layout import VideoGeometry, pack_layout
+    from lowbit_video.kernels.draft import draft_attention
+
+    geo = VideoGeometry(frames, height, width, prefix=prefix)
+    q, k, v = make_qkv(geo, b, h, d, dtype=dtype, device=device, outliers=True, seed=3)
+    lay = pack_layout(geo, 64)
+    R, P, scale = lay.regions, geo.prefix, d**-0.5
+    g = torch.Generator().manual_seed(1)
+    mix = torch.tensor([0, 4, 8, 16])[torch.randint(0, 4, (b, h, R, R), generator=g)]
+    res = {}
+    for name, codes in (("16", torch.full((b, h, R, R), 16)), ("8", torch.full((b, h, R, R), 8)),
+                        ("4", torch.full((b, h, R, R), 4)), ("mix", mix)):
+        args = [t.transpose(1, 2).contiguous() if layout == "BNHD" else t for t in (q, k, v)]
+        out = draft_attention(*args, "draftattention2", geo, layout=layout, codes=codes.to(device)).cpu()
+        if layout == "BNHD":
+            out = out.transpose(1, 2)
+        ref = _engine_packed(q, k, v, codes, lay, P, scale)
+        ref16 = _engine_packed(q, k, v, torch.where(codes > 0, 16, 0), lay, P, scale)
+        res[name] = [rel_l2(out[..., P:, :], ref), rel_l2(ref, ref16)]
+        if P:  # prefix queries: dense over every key
+            dense = torch.softmax((q.double().cpu() @ k.double().cpu().transpose(-1, -2)) * scale, -1) @ v.double().cpu()
+            res[name + "/prefix"] = [rel_l2(out[..., :P, :], dense[..., :P, :]), 0.0]
+    return res
+
+
+def check_routing(device, dtype, d=64):
+    """The kernel path's own routing (draftattention2) equals the engine's, and so does the output."""
+    from lowbit_video.attention.draft import draft_attention as engine
+    from lowbit_video.attention.draft_layout import VideoGeometry
+    from lowbit_video.kernels.draft import draft_attention
+    from lowbit_video.recipes import load_recipe
+
+    geo = VideoGeometry(3, 8, 8, prefix=0)
+    q, k, v = make_qkv(geo, 1, 2, d, dtype=dtype, device=device, seed=5)
+    out, plan = draft_attention(q, k, v, "draftattention2", geo, return_plan=True)
+    ref, diag = engine(*(t.double().cpu() for t in (q, k, v)), load_recipe("draftattention2").attention.draft, geo)
+    return {"codes_differ": int((plan.codes.cpu() != diag.route.codes).sum()), "diff": rel_l2(out.cpu(), ref),
+            "empty_rows_zero": bool((out.cpu()[(ref == 0).all(-1)] == 0).all())}
+
+
+def assert_phases(res):
+    for name, (diff, err) in res.items():
+        assert diff <= FLOOR + RATIO * err, (name, diff, err)
+
+
+# ------------------------------------------------------------------------------------------- CPU (interpreter)
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    import test_kernels_draft as t
+    res = {{"prepass": t.check_prepass("cpu", torch.float16), "prepass_bf16": t.check_prepass("cpu", torch.bfloat16),
+           "phases": t.check_phases("cpu", torch.float16),
+           "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
+           "routing": t.check_routing("cpu", torch.float16)}}
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+def test_draft_kernel_under_triton_interpreter_on_cpu():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT.format(tests=str(REPO / "tests"))], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("prepass", "prepass_bf16"):
+        assert all(n == 0 for n in res[key].values()), (key, res[key])
+    assert_phases(res["phases"])
+    assert_phases(res["phases_bnhd_d128"])
+    assert res["routing"]["codes_differ"] == 0, res["routing"]
+    assert res["routing"]["diff"] <= FLOOR, res["routing"]
+    assert res["routing"]["empty_rows_zero"]
+
+
+def test_plan_lists_blocks_by_phase():
+    """The CSR the kernel walks: per query region, the NVFP4 blocks, then INT8, then 16-bit, each in
+    column order, with their counts; skipped pairs are absent."""
+    pytest.importorskip("triton")
+    from lowbit_video.kernels.draft import plan_from_codes
+
+    codes = torch.tensor([[[[16, 0, 4, 8], [0, 0, 0, 0], [4, 4, 16, 16], [8, 0, 8, 4]]]])
+    plan = plan_from_codes(codes)
+    assert plan.cnt[0].tolist() == [[1, 1, 1], [0, 0, 0], [2, 0, 2], [1, 2, 0]]
+    assert plan.idx.shape == (1, 4, 4)
+    for row, cnt in zip(plan.idx[0].tolist(), plan.cnt[0].tolist()):
+        assert len(row) == 4 and sum(cnt) <= 4
+    assert plan.idx[0, 0, :3].tolist() == [2, 3, 0]
+    assert plan.idx[0, 2, :4].tolist() == [0, 1, 2, 3]
+    assert plan.idx[0, 3, :3].tolist() == [3, 0, 2]
+    assert plan.density() == 10 / 16
+
+
+# ------------------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_draft_prepass_bit_exact_on_gpu(dtype):
+    bad = check_prepass("cuda", dtype, d=128)
+    assert all(n == 0 for n in bad.values()), bad
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype,layout,d", [(torch.bfloat16, "BHND", 128), (torch.float16, "BNHD", 64)])
+def test_draft_kernel_matches_engine_on_gpu(dtype, layout, d):
+    assert_phases(check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_draft_routing_matches_engine_on_gpu():
+    res = check_routing("cuda", torch.bfloat16, d=128)
+    assert res["codes_differ"] == 0 and res["diff"] <= FLOOR and res["empty_rows_zero"], res
