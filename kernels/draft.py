@@ -66,8 +66,10 @@ def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
 
 
 def _draft_spec(recipe):
-    from lowbit_video.recipes import AttentionSpec, load_recipe
+    from lowbit_video.recipes import AttentionSpec, DraftSpec, load_recipe
 
+    if isinstance(recipe, DraftSpec):
+        return recipe
     spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
     if spec.kind != "draft":
         raise ValueError(f"draft_attention runs kind = 'draft' recipes, got {spec.kind!r}")

@@ -66,7 +66,8 @@ def allocate(scores: torch.Tensor, quotas: Mapping[int, int]) -> torch.Tensor:
     highest precision first."""
     flat = scores.flatten(-2)
     order = torch.argsort(flat, dim=-1, descending=True, stable=True)
-    by_rank = torch.tensor([code for code in CODES for _ in range(quotas.get(code, 0))], dtype=torch.int64)
+    counts = torch.tensor([quotas.get(code, 0) for code in CODES], dtype=torch.int64)
+    by_rank = torch.tensor(CODES, dtype=torch.int64).repeat_interleave(counts)
     if by_rank.numel() != flat.shape[-1]:
         raise ValueError(f"quotas cover {by_rank.numel()} pairs, the draft has {flat.shape[-1]}")
     codes = torch.empty_like(order)
