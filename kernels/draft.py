@@ -43,16 +43,21 @@ class DraftPlan:
 
 
 def plan_from_codes(codes: torch.Tensor) -> DraftPlan:
-    """The per-query-region key lists of a code map (B, H, R, R)."""
+    """The per-query-region key lists of a code map (B, H, R, R): each phase's columns in order, placed
+    by a running count (cumsum) rather than a sort."""
     B, H, R, _ = codes.shape
-    rank = torch.full((17,), 3, dtype=torch.int64, device=codes.device)
-    for code, r in _PHASE_RANK.items():
-        rank[code] = r
-    key = rank[codes.long()] * R + torch.arange(R, device=codes.device)
-    cols = (key.sort(dim=-1).values % R).to(torch.int32).reshape(B * H, R, R)
-    cnt = torch.stack([(codes == c).sum(-1) for c in (4, 8, 16)], dim=-1).to(torch.int32).reshape(B * H, R, 3)
+    c = codes.reshape(B * H, R, R)
+    masks = [c == code for code in (4, 8, 16)]  # phase order
+    cnt = torch.stack([m.sum(-1) for m in masks], dim=-1).to(torch.int32)
     width = max(1, int(cnt.sum(-1).max()))
-    return DraftPlan(codes, cols[..., :width].contiguous(), cnt.contiguous())
+    idx = torch.zeros((B * H, R, width + 1), dtype=torch.int32, device=codes.device)  # last column: discard
+    cols = torch.arange(R, dtype=torch.int32, device=codes.device).expand(B * H, R, R)
+    offset = torch.zeros((B * H, R, 1), dtype=torch.int64, device=codes.device)
+    for p, m in enumerate(masks):
+        pos = torch.where(m, torch.cumsum(m, dim=-1) - 1 + offset, width)
+        idx.scatter_(-1, pos, cols)
+        offset = offset + cnt[..., p:p + 1]
+    return DraftPlan(codes, idx[..., :width].contiguous(), cnt.contiguous())
 
 
 def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
@@ -104,7 +109,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     D = q.shape[-1]
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cfg = {"num_warps": 4, "NUM_STAGES": 2, "PROMOTE": True}
+    cfg = {"num_warps": 4, "NUM_STAGES": 2, "PROMOTE": True, "prepass_warps": 8}
     cfg.update(config or {})
     dev = q.device
     gather = lay.gather.to(dev)
@@ -116,7 +121,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
         return t.transpose(1, 2) if layout == "BNHD" else t
 
     def run_prepass():
-        box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P)
+        box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P, num_warps=cfg["prepass_warps"])
 
     def run_route():
         c = codes if codes is not None else route(box["pre"], spec, R, sm_scale)

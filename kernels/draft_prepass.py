@@ -5,12 +5,15 @@ descriptors (mean and max per region) — the seed's "fused operand preparation"
 Exact against the reference engine (lowbit_video/attention/draft_exec.py `prepare_operands`, draft_map
 `pool_regions`), which is what tests/test_kernels_draft.py checks bit for bit:
 - INT8 Q/K, one scale per region block (block × head_dim values): s = fl32(amax / 127) from an fp64
-  quotient (Triton's fp32 `/` is not correctly rounded), codes RNE(x / s) in fp64, clamped to ±127.
+  quotient (Triton's fp32 `/` is not correctly rounded), codes RNE(x / s) clamped to ±127, decided
+  exactly without a per-element division (`_int_rne_exact`: fp32 guess, exact fp64 midpoint check).
 - FP8 V, one scale per channel over all video tokens: s = fl32(amax / 448) (computed in torch, fp64),
   codes E4M3_RNE(v / s) with the quotient and the rounding in fp64.
 - NVFP4 Q/K along head_dim and V along (packed) tokens, blocks of 16, outer scale per (batch, head)
-  s_o = fl32(amax / 2688): s_b = E4M3_RNE(amax_b / (6·s_o)) and elements E2M1_RNE(x / (s_b·s_o)), both
-  from fp64 quotients rounded once onto the grid in fp64 (an fp32 intermediate would round twice).
+  s_o = fl32(amax / 2688): s_b = E4M3_RNE(amax_b / (6·s_o)) from an fp64 quotient rounded once onto the
+  grid in fp64 (an fp32 intermediate would round twice), elements E2M1_RNE(x / (s_b·s_o)) by exact
+  comparisons with the grid midpoints (`_nvfp4_rows`; per-element fp64 divisions made the pass 25 ms at
+  wan-720p).
   Stored as E2M1·s_b in fp16 (exact: ≤ 6 significant bits, multiples of 2^−10 up to 2688).
 - Pooling: the sum of a region's real tokens in fp64 (exact for 16-bit inputs whose exponents span
   < 2^45, so the order of summation does not matter) over the real-token count; the max over real tokens.
@@ -50,14 +53,40 @@ def e2m1_rne_f64(t):
 
 @triton.jit
 def _nvfp4_rows(x, so, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """E2M1·s_b (fp64) of x (ROWS, COLS) fp64 in blocks of 16 along COLS, outer scale so (fp64 scalar)."""
+    """E2M1·s_b (fp32, exact) of x (ROWS, COLS) fp32 (16-bit values, exact) in blocks of 16 along COLS, outer
+    scale so (fp64 scalar). Per block, s_b from one fp64 quotient rounded once onto E4M3; per element no
+    division: RNE(|x| / step) onto E2M1 is the number of grid midpoints m·step below |x| (m = 0.25, 0.75,
+    1.25, 1.75, 2.5, 3.5, 5; ties at 0.75, 1.75 and 3.5 go up, to the even neighbour, the others down),
+    each m·step exact in fp64 (≤ 3 + 4 + 24 significant bits) and compared exactly with |x|."""
     xb = tl.reshape(x, (ROWS, COLS // 16, 16))
-    amax = tl.max(tl.abs(xb), axis=2)
+    amax = tl.max(tl.abs(xb), axis=2).to(tl.float64)
     sb = e4m3_rne_f64(amax / (6.0 * so))
-    step = sb * so
-    z = xb / tl.where(sb > 0, step, 1.0)[:, :, None]
-    e = tl.where((sb > 0)[:, :, None], e2m1_rne_f64(z), 0.0)
-    return tl.reshape(e * sb[:, :, None], (ROWS, COLS))
+    st = (sb * so)[:, :, None]
+    a = tl.abs(xb).to(tl.float64)
+    n = ((a > 0.25 * st).to(tl.int32) + (a >= 0.75 * st).to(tl.int32) + (a > 1.25 * st).to(tl.int32)
+         + (a >= 1.75 * st).to(tl.int32) + (a > 2.5 * st).to(tl.int32) + (a >= 3.5 * st).to(tl.int32)
+         + (a > 5.0 * st).to(tl.int32))
+    e = tl.where(n <= 4, n.to(tl.float32) * 0.5, tl.where(n == 5, 3.0, tl.where(n == 6, 4.0, 6.0)))
+    e = tl.where(sb[:, :, None] > 0, e, 0.0)  # a block scale that rounds to 0: all-zero block
+    val = e * sb.to(tl.float32)[:, :, None]
+    return tl.reshape(tl.where(xb < 0, -val, val), (ROWS, COLS))
+
+
+@triton.jit
+def _int_rne_exact(x, s, QMAX: tl.constexpr):
+    """RNE(x / s) clamped to ±QMAX, exactly, without a per-element division: a guess from an fp32 multiply
+    by 1/s (off by at most one near a midpoint), then one exact correction against the midpoints
+    (c ± 0.5)·s in fp64 (≤ 9 + 24 significant bits), ties to the even code. x fp32 (16-bit values), s fp32."""
+    c = x * (1.0 / s)
+    c = (c + 12582912.0) - 12582912.0  # RNE to an integer (1.5·2^23)
+    x64 = x.to(tl.float64)
+    s64 = s.to(tl.float64)
+    lo = (c.to(tl.float64) - 0.5) * s64
+    hi = (c.to(tl.float64) + 0.5) * s64
+    odd = (c.to(tl.int32) & 1) != 0
+    c = tl.where((x64 < lo) | ((x64 == lo) & odd), c - 1.0, c)
+    c = tl.where((x64 > hi) | ((x64 == hi) & odd), c + 1.0, c)
+    return tl.minimum(tl.maximum(c, -QMAX * 1.0), QMAX * 1.0)
 
 
 @triton.jit
@@ -83,22 +112,20 @@ def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PMEAN, PMAX, sx_b, sx_h, sx
     x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
     out = pid_bh.to(tl.int64) * (R * BLOCK * D) + slots[:, None] * D + cols[None, :]
     tl.store(X16 + out, x)
-    x64 = x.to(tl.float64)
+    xf = x.to(tl.float32)  # exact: 16-bit inputs
     # pooled draft descriptors (padding never enters a mean or a maximum)
     count = tl.sum(real.to(tl.float64), axis=0)
     pool = pid_bh.to(tl.int64) * (R * D) + pid_r * D + cols
-    tl.store(PMEAN + pool, tl.sum(x64, axis=0) / count)
-    tl.store(PMAX + pool, tl.max(tl.where(real[:, None], x64, float("-inf")), axis=0))
+    tl.store(PMEAN + pool, tl.sum(xf.to(tl.float64), axis=0) / count)
+    tl.store(PMAX + pool, tl.max(tl.where(real[:, None], xf, float("-inf")), axis=0).to(tl.float64))
     # INT8, one scale per region block
-    s8 = (tl.max(tl.max(tl.abs(x64), axis=1), axis=0) / 127.0).to(tl.float32)
+    s8 = (tl.max(tl.max(tl.abs(xf), axis=1), axis=0).to(tl.float64) / 127.0).to(tl.float32)
     s8 = tl.where(s8 > 0, s8, 1.0)
-    t = x64 / s8.to(tl.float64)
-    t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer (1.5·2^52)
-    tl.store(X8 + out, tl.minimum(tl.maximum(t, -127.0), 127.0).to(tl.int8))
+    tl.store(X8 + out, _int_rne_exact(xf, s8, 127).to(tl.int8))
     tl.store(S8 + pid_bh * R + pid_r, s8)
     # NVFP4 along head_dim
     so = tl.load(S4 + pid_bh).to(tl.float64)
-    tl.store(X4 + out, _nvfp4_rows(x64, so, BLOCK, D).to(tl.float16))
+    tl.store(X4 + out, _nvfp4_rows(xf, so, BLOCK, D).to(tl.float16))
 
 
 @triton.jit
@@ -115,7 +142,7 @@ def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H
     t = xt / tl.load(VS8 + pid_bh * D + cols).to(tl.float64)[:, None]
     tl.store(V8T + outt, e4m3_rne_f64(t).to(tl.float32).to(tl.float8e4nv))  # exact cast (on the grid)
     so = tl.load(S4 + pid_bh).to(tl.float64)
-    tl.store(V4T + outt, _nvfp4_rows(xt, so, D, BLOCK).to(tl.float16))
+    tl.store(V4T + outt, _nvfp4_rows(tl.trans(x.to(tl.float32)), so, D, BLOCK).to(tl.float16))
 
 
 def _bhnd(t: torch.Tensor, layout: str):
@@ -132,7 +159,8 @@ def _scale_f32(amax64: torch.Tensor, divisor: float) -> torch.Tensor:
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
-def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, block: int, prefix: int):
+def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, block: int, prefix: int,
+                  num_warps: int = 8):
     """Packed operands of every phase plus the pooled descriptors.
 
     Returns a dict: q16/k16/v16 (B·H, S, D) in the input dtype; q8/k8 int8 (B·H, S, D), qs8 (B·H, R),
@@ -165,7 +193,7 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
         pmean = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
         pmax = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
         _draft_qk_kernel[grid](x, gather32, s4[:, 0 if name == "q" else 1].contiguous(), x16, x8, s8, x4,
-                               pmean, pmax, *st, H, prefix, regions, D=D, BLOCK=block, num_warps=4)
+                               pmean, pmax, *st, H, prefix, regions, D=D, BLOCK=block, num_warps=num_warps)
         out.update({f"{name}16": x16, f"{name}8": x8, f"{name}s8": s8, f"{name}4": x4,
                     f"{name}_mean": pmean, f"{name}_max": pmax})
     out["ks8"] = out["ks8"].repeat_interleave(block, dim=1).contiguous()  # per slot, as the kernel reads it
@@ -173,6 +201,6 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
     v8t = torch.empty((BH, D, S), device=dev, dtype=torch.float8_e4m3fn)
     v4t = torch.empty((BH, D, S), device=dev, dtype=torch.float16)
     _draft_v_kernel[grid](v, gather32, vs8, s4[:, 2].contiguous(), v16, v8t, v4t, *sv, H, prefix, regions,
-                          D=D, BLOCK=block, num_warps=4)
+                          D=D, BLOCK=block, num_warps=num_warps)
     out.update(v16=v16, v8t=v8t, v4t=v4t)
     return out

@@ -9,9 +9,9 @@ Supported recipes (`supports(spec)` says which and why not):
   hadamard and Q/K smoothing in the pre-pass, INT4 per-token Q/K and per-channel V (optionally after
   V·H, undone in the kernel's epilogue) as int8 codes on exact INT8 MMAs, P̃ per row of each 128-key
   tile with 16 affine levels (range-rectified) or 8 symmetric ones.
-- NVFP4 (nvfp4, sage-nvfp4): implemented (MODE 4) and verified under Triton's interpreter only; `supports()`
-  returns False for it until the GPU tests pass, so `attend` never dispatches it (an explicit
-  `attention(...)` call runs it).
+- NVFP4 (nvfp4, sage-nvfp4): MODE 4 (exact fp16 MMAs on E2M1·E4M3 values), GPU-tested on the H200;
+- draft (draftattention2, draftattention-sparse16, 64-token blocks): supported, but run through
+  `kernels.draft.draft_attention` (it needs the video geometry); `attention()` refuses it.
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ def _variant(spec) -> tuple[str | None, str]:
     """(variant, reason it is not supported)."""
     if spec.kind == "dense":
         return "dense", ""
+    if spec.kind == "draft":
+        if spec.draft.block != 64:
+            return None, f"draft kernel: 64-token region blocks (recipe block {spec.draft.block})"
+        return "draft", ""
     if spec.kind != "quantized":
         return None, f"kind {spec.kind!r} has no kernel yet"
     ops = [spec.operand(n) for n in ("q", "k", "v", "p")]
@@ -125,10 +129,6 @@ def supports(spec, device: torch.device | str | None = None, head_dim: int | Non
     variant, why = _variant(spec)
     if variant is None:
         return False, why
-    if variant == "nvfp4":
-        # NVFP4 (MODE 4) is verified under Triton's interpreter only: enabled once the GPU tests pass
-        # (tests/test_kernels_attention.py, NVFP4 section; results/kernels-h200.md)
-        return False, "NVFP4 kernel is interpreter-verified only (not yet run on a GPU): disabled"
     if device is not None and torch.device(device).type != "cuda":
         return False, "kernels run on CUDA devices only"
     if device is not None and torch.cuda.get_device_capability(device) < (8, 9) and variant != "dense":
@@ -150,7 +150,7 @@ def _config(variant: str, head_dim: int) -> dict:
         # needs 279552 B of shared memory on the H200, over its 232448)
         return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table")
     if variant == "nvfp4":
-        return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3)  # not tuned: never run on a GPU yet
+        return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3)  # not tuned
     return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
 
 
@@ -171,6 +171,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         recipe's, else Wan's split of head_dim).
     """
     spec, variant = _spec_and_variant(recipe)
+    if variant == "draft":
+        raise ValueError("draft recipes need the video geometry: call lowbit_video.kernels.draft.draft_attention")
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     B, H, Nq, D = prepass._dims(q, layout)

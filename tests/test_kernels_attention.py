@@ -593,14 +593,16 @@ def test_nvfp4_prepass_is_bit_exact_against_formats(recipe, dtype):
     assert all(val == 0.0 for val in res.values()), res
 
 
-def test_nvfp4_recipes_are_not_dispatched_yet():
-    """Interpreter-verified only: supports() stays False (attend keeps the reference engine) until the GPU
-    tests have passed on a device."""
+def test_nvfp4_recipes_are_supported_on_cuda_only():
+    """Dispatched since the GPU tests passed on the H200 (results/kernels-h200.md); never on CPU."""
     from lowbit_video.kernels import supports
     from lowbit_video.recipes import load_recipe
 
     for recipe in NVFP4_RECIPES:
-        ok, why = supports(load_recipe(recipe).attention)
+        spec = load_recipe(recipe).attention
+        if HAS_TRITON:
+            assert supports(spec) == (True, ""), recipe
+        ok, why = supports(spec, "cpu", 128)
         assert not ok and why, recipe
 
 
@@ -611,7 +613,6 @@ def test_nvfp4_recipes_are_not_dispatched_yet():
 @pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
                                           ((1, 2, 130, 1000, 128), "BHND")])
 def test_nvfp4_kernel_matches_reference(recipe, outliers, shape, layout):
-    """Never run yet (no GPU in the session that wrote it): enable dispatch in launch.supports() once it passes."""
     from lowbit_video.kernels.launch import attention
 
     b, h, nq, nk, d = shape

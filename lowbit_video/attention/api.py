@@ -40,8 +40,9 @@ def attend(
             what diffusers' attention processors pass).
         scale: softmax scale; default 1/sqrt(D).
         backend: "auto" runs the unquantized recipe through torch SDPA in the input dtype, a
-            quantized recipe through the Triton kernels (lowbit_video.kernels) when the tensors are
-            on CUDA and the kernels support the recipe (MXFP4 family, sage2-int8, INT4; not with
+            quantized or draft recipe through the Triton kernels (lowbit_video.kernels) when the
+            tensors are on CUDA and the kernels support the recipe (MXFP4 family, sage2-int8, INT4,
+            NVFP4; draft recipes with fp16/bf16 tensors and 64-token blocks; not with
             return_diagnostics / return_lse), and otherwise through the exact reference engine;
             "reference" forces the engine (float64, the oracle kernels are tested against).
         return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
@@ -50,7 +51,7 @@ def attend(
             42); overrides the recipe's `rope_segments` for the "half" rotation.
         geometry: the video token layout (frames, height, width, prefix tokens) that
             `kind = "draft"` recipes (DraftAttention2) pool and pack by; required for them, ignored
-            by the others. Draft recipes always run the reference engine.
+            by the others.
         return_lse: also return the log-sum-exp of each query row's scores, float32, (B, H, Nq)
             for BHND and (B, Nq, H) for BNHD: what ring attention (context parallelism) needs to
             merge outputs over key chunks. Quantized recipes: the engine's own normalizer (for PNQ,
@@ -71,7 +72,13 @@ def attend(
         raise ShapeError("return_lse is not available for draft recipes (block-sparse attention)")
     lse = None
 
-    if spec.kind == "draft":
+    if spec.kind == "draft" and (backend == "auto" and not return_diagnostics and geometry is not None
+                                 and q.shape[-2] == geometry.tokens == k.shape[-2]
+                                 and q.dtype in (torch.float16, torch.bfloat16) and _kernel_supports(spec, q)):
+        from ..kernels.draft import draft_attention as kernel_draft  # Triton block-sparse path
+
+        out, diag = kernel_draft(q, k, v, spec, geometry, layout="BHND", scale=scale), None
+    elif spec.kind == "draft":
         from .draft import draft_attention
 
         out, diag = draft_attention(q, k, v, spec.draft, geometry, scale=scale)

@@ -86,14 +86,14 @@ def _median(fn, warm, reps):
     return statistics.median(cuda_times(fn, warmup=warm, reps=reps))
 
 
-def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, log=print) -> dict:
+def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, config=None, log=print) -> dict:
     """One draft spec at one shape: times, realised density and precision shares, sampled error."""
     from ..attention.draft_layout import VideoGeometry
     from ..kernels.draft import split_draft
 
     geo = VideoGeometry(*geometry)
     scale = q.shape[-1] ** -0.5
-    prep, rte, kern, box = split_draft(q, k, v, spec, geo)
+    prep, rte, kern, box = split_draft(q, k, v, spec, geo, config=config)
     prep()
     rte()
     kern()
@@ -134,14 +134,14 @@ def sweep_specs(base) -> dict:
 
 
 def bench_draft(shapes=("wan-720p",), *, recipes=("draftattention2", "draftattention-sparse16"), sweep: bool = True,
-                reps: int = 3, sample: int = 256, seed: int = 0, log=print) -> dict:
+                reps: int = 3, sample: int = 256, seed: int = 0, config: dict | None = None, log=print) -> dict:
     """Rows per shape: SDPA cuDNN bf16 baseline, each draft recipe, and (sweep) the error–latency series."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from ..recipes import load_recipe
     from .kernels import SHAPES
 
-    info = {"rows": [], "sweep": [], "baselines": []}
+    info = {"rows": [], "sweep": [], "baselines": [], "config": config}
     for name in shapes:
         sh = SHAPES[name]
         geometry = GEOMETRIES[name]
@@ -160,13 +160,13 @@ def bench_draft(shapes=("wan-720p",), *, recipes=("draftattention2", "draftatten
         log(f"{name}: SDPA cuDNN bf16 {cudnn_ms:.2f} ms, rel_l2 {err:.5f}")
         for recipe in recipes:
             spec = load_recipe(recipe).attention
-            row = bench_draft_point(q, k, v, spec, geometry, rows=rows, reps=reps, label=recipe, log=log)
+            row = bench_draft_point(q, k, v, spec, geometry, rows=rows, reps=reps, label=recipe, config=config, log=log)
             row.update(shape=name, ratio_cudnn=cudnn_ms / row["total_ms"])
             info["rows"].append(row)
         if sweep:
             base = load_recipe("draftattention2").attention.draft
             for label, spec in sweep_specs(base).items():
-                row = bench_draft_point(q, k, v, spec, geometry, rows=rows, reps=reps, label=label, log=log)
+                row = bench_draft_point(q, k, v, spec, geometry, rows=rows, reps=reps, label=label, config=config, log=log)
                 row.update(shape=name, series=label.split("@")[0], ratio_cudnn=cudnn_ms / row["total_ms"])
                 info["sweep"].append(row)
         del q, k, v
