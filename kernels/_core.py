@@ -77,7 +77,8 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
                P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
-               PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False):
+               PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
+               RNE_P: tl.constexpr = False):
     """One key tile of the online-softmax recurrence (the core every variant shares).
 
     K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
@@ -233,7 +234,7 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
         pv = tl.dot(p.to(vt.dtype), tl.trans(vt))
         acc = acc * alpha[:, None] + pv * so[:, None]
     else:
-        if P_FP8 and PHASE:
+        if P_FP8 and RNE_P:
             p_op = e4m3_round(p).to(tl.float8e4nv)  # RNE first: the CPU interpreter's cast is not RNE
         elif P_FP8:
             p_op = p.to(tl.float8e4nv)
@@ -365,7 +366,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
 def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID, IDX, CNT, PK, PV, O,
               R, S, W, N_PRE, sm_scale_log2, p8_shift_inv,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, P8_SHIFT: tl.constexpr, PROMOTE: tl.constexpr,
-              NUM_STAGES: tl.constexpr):
+              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False):
     """DraftAttention2, block-sparse and mixed precision: one program per (packed query region, b·h).
 
     Operands are packed region blocks of BLOCK slots (S = R·BLOCK per b·h, padding slots zero and marked 0
@@ -376,7 +377,8 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
     retained key blocks, grouped by phase (NVFP4, INT8/FP8, 16-bit — anemoi's order) with CNT
     (B·H, R, 3) entries each. PK, PV (B·H, N_PRE, D): the prefix (text) keys, dense at 16 bit, last.
     Every phase is `_tile_step` of the shared core with PHASE=True: one (m, ℓ, Õ) per row, normalised once
-    (rows that kept nothing give 0). O (B·H, S, D) fp32, packed.
+    (rows that kept nothing give 0). O (B·H, S, D) fp32, packed. RNE_P: round P̃·448 onto E4M3 in fp32 before
+    the FP8 cast (only under the CPU interpreter, whose cast is not RNE; on the GPU the cast is cvt.rn).
     """
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -417,7 +419,8 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
             acc, m_i, l_i, n_bad = _tile_step(
                 acc, m_i, l_i, n_bad, q, K8 + base, HEAD_DIM, V8T + base + offs_d[:, None] * S, 1, offs_d,
                 start_n, VALID, KS8 + bh.to(tl.int64) * S, c_row, S, VALID, 0, qm16, 0.0, 2, True, True, False,
-                True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, p8_shift_inv, pvs, True)
+                True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, p8_shift_inv, pvs, True,
+                RNE_P)
     # phase 3: 16 bit (the caller's dtype), unquantized
     if n16 > 0:
         q = tl.load(Q16 + base + rows)

@@ -3,9 +3,10 @@ on the GPU, in three steps, each timed separately by `split_draft` for the bench
 
 1. pre-pass (`draft_prepass`): one Triton pass over Q, K, V per region block → packed operands of every
    precision + pooled draft descriptors;
-2. route: the engine's own `draft_scores` / `head_quotas` / `allocate` (torch, float64, on the GPU), so the
-   kernel runs the decisions the reference engine makes; then per query region the retained key blocks,
-   grouped by phase (a CSR of the code map);
+2. route (kernels/draft_route.py): the engine's own `draft_scores` and `head_quotas` (torch, float64, on
+   the GPU) and an allocation equal to the engine's `allocate` without its global sort, so the kernel runs
+   the decisions the reference engine makes; then per query region the retained key blocks, grouped by
+   phase;
 3. `draft_fwd` (kernels/_core.py): block-sparse, NVFP4 → INT8/FP8 → 16-bit phases over one
    online-softmax state, prefix keys dense at 16 bit, normalised once; the packed output is restored to
    token order by the layout's inverse index. Prefix (text) queries attend densely (torch SDPA).
@@ -14,60 +15,29 @@ on the GPU, in three steps, each timed separately by `split_draft` for the bench
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
 
 import torch
 
 from ._core import draft_fwd
 from .draft_prepass import draft_prepass
+from .draft_route import DraftPlan, allocate_by_threshold, plan_from_codes
 
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
-_PHASE_RANK = {4: 0, 8: 1, 16: 2}  # anemoi's phase order; skipped pairs sort last
-
-
-@dataclass(frozen=True, eq=False)
-class DraftPlan:
-    """What the kernel runs: `codes` (B, H, R, R) precision per region pair (16, 8, 4 or 0 = skipped),
-    `idx` (B·H, R, W) retained key blocks per query region grouped by phase, `cnt` (B·H, R, 3)."""
-
-    codes: torch.Tensor
-    idx: torch.Tensor
-    cnt: torch.Tensor
-
-    def density(self) -> float:
-        """Retained share of the video region pairs (all precisions)."""
-        return float((self.codes != 0).double().mean())
-
-    def fractions(self) -> dict[str, float]:
-        return {str(c): float((self.codes == c).double().mean()) for c in (16, 8, 4)}
-
-
-def plan_from_codes(codes: torch.Tensor) -> DraftPlan:
-    """The per-query-region key lists of a code map (B, H, R, R): each phase's columns in order, placed
-    by a running count (cumsum) rather than a sort."""
-    B, H, R, _ = codes.shape
-    c = codes.reshape(B * H, R, R)
-    masks = [c == code for code in (4, 8, 16)]  # phase order
-    cnt = torch.stack([m.sum(-1) for m in masks], dim=-1).to(torch.int32)
-    width = max(1, int(cnt.sum(-1).max()))
-    idx = torch.zeros((B * H, R, width + 1), dtype=torch.int32, device=codes.device)  # last column: discard
-    cols = torch.arange(R, dtype=torch.int32, device=codes.device).expand(B * H, R, R)
-    offset = torch.zeros((B * H, R, 1), dtype=torch.int64, device=codes.device)
-    for p, m in enumerate(masks):
-        pos = torch.where(m, torch.cumsum(m, dim=-1) - 1 + offset, width)
-        idx.scatter_(-1, pos, cols)
-        offset = offset + cnt[..., p:p + 1]
-    return DraftPlan(codes, idx[..., :width].contiguous(), cnt.contiguous())
 
 
 def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
     """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors."""
-    from lowbit_video.attention.draft_alloc import allocate, head_quotas
+    from lowbit_video.attention.draft_alloc import head_quotas
     from lowbit_video.attention.draft_map import draft_scores
 
     scores = draft_scores(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
                           maxpool_weight=spec.maxpool_weight)
-    return allocate(scores, head_quotas(regions, spec))
+    return allocate_by_threshold(scores, head_quotas(regions, spec))
+
+
+__all__ = ["DraftPlan", "draft_attention", "plan_from_codes", "route", "split_draft"]
 
 
 def _draft_spec(recipe):
@@ -109,7 +79,8 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     D = q.shape[-1]
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cfg = {"num_warps": 4, "NUM_STAGES": 2, "PROMOTE": True, "prepass_warps": 8}
+    # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
+    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
     cfg.update(config or {})
     dev = q.device
     gather = lay.gather.to(dev)
@@ -141,7 +112,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
             pre["vs8"], pre["q4"], pre["k4"], pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pk, pv, o,
             R, S, plan.idx.shape[-1], P, sm_scale * 1.4426950408889634, P_FP8_SCALE,
             HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
-            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"])
+            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED)
         video = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
         if P:
             qb = bhnd(q)

@@ -183,7 +183,7 @@ _SCRIPT = textwrap.dedent(
            "prepass_ties4": t.check_prepass("cpu", torch.bfloat16, ties="nvfp4"),
            "phases": t.check_phases("cpu", torch.float16),
            "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
-           "routing": t.check_routing("cpu", torch.float16)}}
+           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu")}}
     print(json.dumps(res))
     """
 )
@@ -203,24 +203,56 @@ def test_draft_kernel_under_triton_interpreter_on_cpu():
     assert res["routing"]["codes_differ"] == 0, res["routing"]
     assert res["routing"]["diff"] <= FLOOR[torch.float16], res["routing"]
     assert res["routing"]["empty_rows_zero"]
+    assert res["plan"] == 0
+
+
+def check_plan(device) -> int:
+    """Entries where the Triton plan kernel differs from its torch reference, on random code maps."""
+    from lowbit_video.kernels.draft_route import plan_from_codes, plan_reference
+
+    g = torch.Generator().manual_seed(2)
+    bad = 0
+    for r in (3, 17, 40):
+        codes = torch.tensor([0, 4, 8, 16])[torch.randint(0, 4, (2, 2, r, r), generator=g)].to(device)
+        a, b = plan_from_codes(codes), plan_reference(codes)
+        bad += int((a.idx != b.idx).sum() + (a.cnt != b.cnt).sum())
+    return bad
 
 
 def test_plan_lists_blocks_by_phase():
-    """The CSR the kernel walks: per query region, the NVFP4 blocks, then INT8, then 16-bit, each in
-    column order, with their counts; skipped pairs are absent."""
+    """The lists the kernel walks: per query region, the NVFP4 blocks, then INT8, then 16-bit, each in
+    column order, with their counts; skipped pairs are absent (torch reference of the Triton plan kernel,
+    which the interpreter test compares with it)."""
     pytest.importorskip("triton")
-    from lowbit_video.kernels.draft import plan_from_codes
+    from lowbit_video.kernels.draft_route import plan_reference
 
     codes = torch.tensor([[[[16, 0, 4, 8], [0, 0, 0, 0], [4, 4, 16, 16], [8, 0, 8, 4]]]])
-    plan = plan_from_codes(codes)
+    plan = plan_reference(codes)
     assert plan.cnt[0].tolist() == [[1, 1, 1], [0, 0, 0], [2, 0, 2], [1, 2, 0]]
-    assert plan.idx.shape == (1, 4, 4)
-    for row, cnt in zip(plan.idx[0].tolist(), plan.cnt[0].tolist()):
-        assert len(row) == 4 and sum(cnt) <= 4
-    assert plan.idx[0, 0, :3].tolist() == [2, 3, 0]
-    assert plan.idx[0, 2, :4].tolist() == [0, 1, 2, 3]
-    assert plan.idx[0, 3, :3].tolist() == [3, 0, 2]
+    assert plan.idx[0].tolist() == [[2, 3, 0, 0], [0, 0, 0, 0], [0, 1, 2, 3], [3, 0, 2, 0]]
     assert plan.density() == 10 / 16
+
+
+def test_allocation_by_threshold_equals_engine_allocation():
+    """kthvalue thresholds + first-come ties == the engine's stable argsort, on scores with many exact ties,
+    for the recipes' quotas, empty and full quotas."""
+    pytest.importorskip("triton")
+    from lowbit_video.attention.draft_alloc import allocate, head_quotas
+    from lowbit_video.kernels.draft_route import allocate_by_threshold
+    from lowbit_video.recipes import DraftSpec, load_recipe
+
+    g = torch.Generator().manual_seed(0)
+    specs = [load_recipe(r).attention.draft for r in ("draftattention2", "draftattention-sparse16")]
+    specs += [DraftSpec(sparsity=0.0), DraftSpec(sparsity=0.5, fp16=0.0, int8=0.5, nvfp4=0.5),
+              DraftSpec(sparsity=0.95, fp16=0.2, int8=0.0, nvfp4=0.8)]
+    for regions in (5, 12):
+        for levels in (3, 50, None):
+            s = torch.rand(2, 3, regions, regions, generator=g, dtype=torch.float64)
+            if levels:
+                s = (s * levels).floor() / levels  # exact ties
+            for spec in specs:
+                quotas = head_quotas(regions, spec)
+                assert torch.equal(allocate_by_threshold(s, quotas).long(), allocate(s, quotas)), (regions, levels, spec)
 
 
 # ------------------------------------------------------------------------------------------------------- GPU
@@ -246,6 +278,7 @@ def test_draft_kernel_matches_engine_on_gpu(dtype, layout, d):
 @pytest.mark.gpu
 @needs_cuda
 def test_draft_routing_matches_engine_on_gpu():
+    assert check_plan("cuda") == 0
     res = check_routing("cuda", torch.bfloat16, d=128)
     assert res["codes_differ"] == 0 and res["diff"] <= FLOOR[torch.bfloat16] and res["empty_rows_zero"], res
 

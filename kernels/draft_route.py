@@ -1,0 +1,104 @@
+"""DraftAttention2's routing on the GPU: the engine's decisions, computed without a global sort.
+
+- `allocate_by_threshold(scores, quotas)` equals `lowbit_video.attention.draft_alloc.allocate` (one stable
+  descending ranking per head, quotas handed out 16 → 8 → 4 → skip) exactly, ties included: the top-c set of
+  a stable ranking is every score above the c-th largest value plus, among the scores equal to it, the
+  first ones in row-major order until c are taken. So three `kthvalue` selections (linear-time radix
+  selects on the GPU) and one running count per boundary replace the sort of every head's R² scores
+  (tests/test_kernels_draft.py checks equality against `allocate` on scores with many ties).
+- `plan_from_codes(codes)`: per (b·h, query region) the retained key blocks grouped by phase (NVFP4,
+  INT8/FP8, 16-bit; each in column order) and their counts — one Triton program per row (a cumsum per
+  phase), the lists `draft_fwd` walks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+PHASE_CODES = (4, 8, 16)  # the kernel's phase order (anemoi's): NVFP4, INT8/FP8, 16-bit
+
+
+def allocate_by_threshold(scores: torch.Tensor, quotas) -> torch.Tensor:
+    """Precision codes (..., R, R) int8, equal to draft_alloc.allocate(scores, quotas)."""
+    flat = scores.flatten(-2)
+    n = flat.shape[-1]
+    codes = torch.zeros(flat.shape, dtype=torch.int8, device=flat.device)
+    taken = 0
+    for code in (16, 8, 4):  # ranks [0, n16) get 16, the next n8 get 8, ...
+        taken += int(quotas.get(code, 0))
+        if taken <= 0:
+            continue
+        if taken >= n:
+            top = torch.ones_like(flat, dtype=torch.bool)
+        else:
+            thr = torch.kthvalue(flat, n - taken + 1, dim=-1, keepdim=True).values  # the taken-th largest
+            above = flat > thr
+            tie = flat == thr
+            need = taken - above.sum(-1, keepdim=True)
+            top = above | (tie & (torch.cumsum(tie, dim=-1) <= need))
+        codes = torch.where(top & (codes == 0), torch.tensor(code, dtype=torch.int8, device=flat.device), codes)
+    return codes.view(scores.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class DraftPlan:
+    """What the kernel runs: `codes` (B, H, R, R) precision per region pair (16, 8, 4 or 0 = skipped),
+    `idx` (B·H, R, R) retained key blocks per query region grouped by phase (the first Σ cnt entries of a
+    row are used), `cnt` (B·H, R, 3) their number per phase."""
+
+    codes: torch.Tensor
+    idx: torch.Tensor
+    cnt: torch.Tensor
+
+    def density(self) -> float:
+        """Retained share of the video region pairs (all precisions)."""
+        return float((self.codes != 0).double().mean())
+
+    def fractions(self) -> dict[str, float]:
+        return {str(c): float((self.codes == c).double().mean()) for c in (16, 8, 4)}
+
+
+@triton.jit
+def _plan_kernel(CODES, IDX, CNT, R, RP: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, RP)
+    inb = cols < R
+    c = tl.load(CODES + row.to(tl.int64) * R + cols, mask=inb, other=0)
+    off = 0
+    for p in tl.static_range(3):
+        code = 4 if p == 0 else (8 if p == 1 else 16)
+        m = (c == code) & inb
+        mi = m.to(tl.int32)
+        pos = tl.cumsum(mi, axis=0) - 1 + off
+        tl.store(IDX + row.to(tl.int64) * R + pos, cols, mask=m)
+        n = tl.sum(mi, axis=0)
+        tl.store(CNT + row * 3 + p, n)
+        off += n
+
+
+def plan_reference(codes: torch.Tensor) -> DraftPlan:
+    """`plan_from_codes` in plain torch (any device): a stable sort of (phase rank, column) per row."""
+    B, H, R, _ = codes.shape
+    rank = torch.full((17,), 3, dtype=torch.int64, device=codes.device)
+    for r, code in enumerate(PHASE_CODES):
+        rank[code] = r
+    key = rank[codes.long()] * R + torch.arange(R, device=codes.device)
+    idx = (key.sort(dim=-1).values % R).to(torch.int32).reshape(B * H, R, R)
+    cnt = torch.stack([(codes == c).sum(-1) for c in PHASE_CODES], dim=-1).to(torch.int32).reshape(B * H, R, 3)
+    used = torch.arange(R, device=codes.device) < cnt.sum(-1, keepdim=True)
+    return DraftPlan(codes, torch.where(used, idx, 0), cnt)
+
+
+def plan_from_codes(codes: torch.Tensor) -> DraftPlan:
+    """The per-query-region key lists of a code map (B, H, R, R) (any integer dtype), by a Triton kernel
+    (CUDA, or the CPU interpreter); entries past a row's count are 0."""
+    B, H, R, _ = codes.shape
+    c8 = codes.to(torch.int8).contiguous()
+    idx = torch.zeros((B * H, R, R), dtype=torch.int32, device=codes.device)
+    cnt = torch.empty((B * H, R, 3), dtype=torch.int32, device=codes.device)
+    _plan_kernel[(B * H * R,)](c8, idx, cnt, R, RP=triton.next_power_of_2(R), num_warps=4)
+    return DraftPlan(codes, idx, cnt)
