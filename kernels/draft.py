@@ -27,14 +27,17 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter'
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
 
 
-def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
-    """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors."""
-    from lowbit_video.attention.draft_alloc import head_quotas
+def route(pre: dict, spec, regions: int, scale: float, allocator: str = "sort") -> torch.Tensor:
+    """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors. allocator "sort":
+    the engine's own `allocate` (one stable sort per head); "threshold": `allocate_by_threshold` (equal
+    result; kthvalue selections, measured slower on the H200)."""
+    from lowbit_video.attention.draft_alloc import allocate, head_quotas
     from lowbit_video.attention.draft_map import draft_scores
 
     scores = draft_scores(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
                           maxpool_weight=spec.maxpool_weight)
-    return allocate_by_threshold(scores, head_quotas(regions, spec))
+    quotas = head_quotas(regions, spec)
+    return allocate(scores, quotas) if allocator == "sort" else allocate_by_threshold(scores, quotas)
 
 
 __all__ = ["DraftPlan", "draft_attention", "plan_from_codes", "route", "split_draft"]
@@ -80,7 +83,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
-    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
+    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "allocator": "sort"}
     cfg.update(config or {})
     dev = q.device
     gather = lay.gather.to(dev)
@@ -95,7 +98,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
         box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P, num_warps=cfg["prepass_warps"])
 
     def run_route():
-        c = codes if codes is not None else route(box["pre"], spec, R, sm_scale)
+        c = codes if codes is not None else route(box["pre"], spec, R, sm_scale, cfg["allocator"])
         box["plan"] = plan_from_codes(c.to(dev))
 
     def run_kernel():
