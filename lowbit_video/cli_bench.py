@@ -11,7 +11,7 @@ import typer
 def register(app: typer.Typer) -> None:
     from .cli import user_errors
 
-    bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels and one end-to-end DiT forward.",
+    bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels, DraftAttention2's error–latency trade-off and one end-to-end DiT forward.",
                             no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
 
@@ -44,6 +44,46 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(info))
         elif markdown:
             print(to_markdown(info))
+
+    @bench_app.command("draft")
+    @user_errors
+    def bench_draft_cmd(
+        shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p (repeat; default wan-720p)."),
+        recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Draft recipes to time (repeat; default draftattention2, draftattention-sparse16)."),
+        sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also run the error–latency sweep (sparse-16, INT8/FP8 and mixed at several sparsities)."),
+        plot: Optional[str] = typer.Option(None, "--plot", help="Write the error-vs-time plot of the first shape to this PNG."),
+        reps: int = typer.Option(3, "--reps", min=1, help="Timed calls per measurement (median)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    ) -> None:
+        """DraftAttention2 on the GPU: time (pre-pass, route, kernel), realised density and attention error
+        on video-like inputs, against SDPA cuDNN bf16 in the same run; with the error–latency sweep."""
+        import sys
+
+        import torch
+
+        from .bench.draft import GEOMETRIES, bench_draft, equal_time_comparison, plot_sweep
+        from .errors import UserError
+        from .recipes import load_recipe
+
+        if not torch.cuda.is_available():
+            raise UserError("bench draft needs a CUDA GPU (none is visible)")
+        shapes = shapes or ["wan-720p"]
+        bad = [s for s in shapes if s not in GEOMETRIES]
+        if bad:
+            raise UserError(f"unknown shape(s) {bad}; known: {', '.join(GEOMETRIES)}")
+        recipes = recipes or ["draftattention2", "draftattention-sparse16"]
+        not_draft = [r for r in recipes if load_recipe(r).attention.kind != "draft"]
+        if not_draft:
+            raise UserError(f"not draft recipes: {not_draft} (use bench kernels)")
+        log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
+        info = bench_draft(shapes, recipes=recipes, sweep=sweep, reps=reps, log=log)
+        if sweep:
+            info["equal_time"] = {s: equal_time_comparison(info["sweep"], s) for s in shapes}
+        if plot and sweep:
+            plot_sweep(info, shapes[0], plot)
+            log(f"plot: {plot}")
+        if as_json:
+            print(json.dumps(info))
 
     @bench_app.command("e2e")
     @user_errors

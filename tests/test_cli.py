@@ -117,6 +117,7 @@ def test_tensors_file_round_trip(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message; this machine has a GPU")
-@pytest.mark.parametrize("args", [("bench", "kernels", "--shapes", "small"), ("bench", "e2e", "--random-weights")])
+@pytest.mark.parametrize("args", [("bench", "kernels", "--shapes", "small"), ("bench", "e2e", "--random-weights"),
+                                  ("bench", "draft")])
 def test_bench_without_a_gpu_is_one_line(args):
     assert_one_line_error(cli(*args, check=False))

@@ -33,7 +33,8 @@ SHAPES = {
                                "HunyuanVideo 720p 129 frames (33x45x80 = 118800 video + 256 text tokens)"),
 }
 DEFAULT_RECIPES = ("mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos", "mxfp4-ocp", "mxfp4-tfs",
-                   "sage2-int8", "fp16")
+                   "sage2-int8", "fp16", "rotateattention-half", "rotateattention-interleaved", "rotateattention-full",
+                   "int4-baseline", "nvfp4", "sage-nvfp4", "draftattention2", "draftattention-sparse16")
 
 
 def cuda_times(fn, *, warmup: int, reps: int) -> list[float]:
@@ -117,8 +118,13 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
             except Exception as exc:
                 log(f"{name} sageattention: failed ({exc})")
         rows = [(r, dict(recipe=r)) for r in recipes] + list((variants or {}).items())
+        draft_rows = [r for r in recipes if _is_draft(r)]
+        if draft_rows:
+            info["rows"] += _draft_rows(name, sh, draft_rows, base, flop, reps=n, seed=seed, log=log)
         for label, opts in rows:
             recipe = opts["recipe"]
+            if label in draft_rows:
+                continue
             kw = {k2: opts[k2] for k2 in ("promote", "exact_p", "config") if k2 in opts}
             try:
                 pre, kern, st = split_call(q, k, v, recipe, **kw)
@@ -148,6 +154,40 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
     return info
 
 
+def _is_draft(recipe) -> bool:
+    from ..recipes import load_recipe
+
+    return load_recipe(recipe).attention.kind == "draft"
+
+
+def _draft_rows(name, sh, recipes, base, flop, *, reps, seed, log) -> list[dict]:
+    """Draft recipes at this shape: block-sparse, so timed on the structured inputs of bench/draft.py (on
+    Gaussian inputs any sparsity loses most of the output) with their realised density and sampled error;
+    the ratios use the SDPA times measured above (data-independent). TFLOP/s is dense-equivalent."""
+    from ..recipes import load_recipe
+    from .draft import GEOMETRIES, bench_draft_point, structured_qkv
+
+    if name not in GEOMETRIES:
+        log(f"{name}: no video geometry for the draft recipes (have {', '.join(GEOMETRIES)})")
+        return []
+    q, k, v = structured_qkv(sh.batch, sh.heads, GEOMETRIES[name], sh.head_dim, seed=seed)
+    rows_idx = torch.linspace(0, q.shape[2] - 1, 256, device=q.device).round().long()
+    out = []
+    for recipe in recipes:
+        r = bench_draft_point(q, k, v, load_recipe(recipe).attention, GEOMETRIES[name], rows=rows_idx,
+                              reps=reps, label=recipe, log=log)
+        r.update(shape=name, base_recipe=recipe, options={}, tflops=flop / r["total_ms"] / 1e9,
+                 kernel_tflops=flop / r["kernel_ms"] / 1e9, prepass_ms=r["prepass_ms"] + r["route_ms"],
+                 ratio_cudnn=base["sdpa-cudnn"] / r["total_ms"] if "sdpa-cudnn" in base else None,
+                 ratio_flash=base["sdpa-flash"] / r["total_ms"] if "sdpa-flash" in base else None,
+                 ratio_sageattention=base["sageattention"] / r["total_ms"] if "sageattention" in base else None,
+                 qk_fallback=False, v_fallback=False, B=sh.batch, H=sh.heads, N=q.shape[2], D=sh.head_dim,
+                 inputs="structured (bench/draft.py)")
+        out.append(r)
+    del q, k, v
+    return out
+
+
 def _driver_version() -> str | None:
     try:
         import subprocess
@@ -171,6 +211,15 @@ def to_markdown(info: dict) -> str:
         lines.append(f"| {r['shape']} | {r['recipe']} | {r['tflops']:.1f} | {fmt(r['ratio_cudnn'])} | "
                      f"{fmt(r['ratio_flash'])} | {fmt(r['ratio_sageattention'])} | {r['prepass_ms']:.2f} | "
                      f"{r['kernel_ms']:.2f} | {r['total_ms']:.2f} |")
+    draft = [r for r in info["rows"] if "density" in r]
+    if draft:
+        lines += ["", "Draft recipes (structured inputs; TFLOP/s dense-equivalent; pre-pass ms above includes the route):",
+                  "", "| shape | recipe | density | 16 / 8 / 4-bit shares | route ms | rel. L2 error | × cuDNN |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in draft:
+            f = r["precision_fractions"]
+            lines.append(f"| {r['shape']} | {r['recipe']} | {r['density']:.3f} | {f['16']:.3f} / {f['8']:.3f} / "
+                         f"{f['4']:.3f} | {r['route_ms']:.2f} | {r['rel_l2']:.4f} | {fmt(r['ratio_cudnn'])} |")
     return "\n".join(lines) + "\n"
 
 
