@@ -44,6 +44,38 @@ def allocate_by_threshold(scores: torch.Tensor, quotas) -> torch.Tensor:
     return codes.view(scores.shape)
 
 
+def allocate_by_boundaries(scores: torch.Tensor, quotas) -> torch.Tensor:
+    """Precision codes (..., R, R) int8, equal to draft_alloc.allocate(scores, quotas): one descending sort
+    per head gives the score at each quota boundary, and a pair's code follows from comparing its score
+    with them. That is exact unless a value is tied across a boundary (the stable order then splits equal
+    scores); only then, for the whole call, the engine's own `allocate` runs instead (its scatter of the
+    sorted order is what this saves: half of its time on the H200)."""
+    from lowbit_video.attention.draft_alloc import allocate
+
+    flat = scores.flatten(-2)
+    n = flat.shape[-1]
+    bounds, taken = [], 0
+    for code in (16, 8, 4):
+        taken += int(quotas.get(code, 0))
+        if 0 < taken < n:
+            bounds.append((code, taken))
+    codes = torch.zeros(flat.shape, dtype=torch.int8, device=flat.device)
+    if not bounds:
+        first = next((c for c in (16, 8, 4) if quotas.get(c, 0)), 0)
+        return codes.fill_(first).view(scores.shape)
+    srt = torch.sort(flat, dim=-1, descending=True).values
+    last = torch.stack([srt[..., t - 1] for _, t in bounds], dim=-1)  # lowest score taken at each boundary
+    nxt = torch.stack([srt[..., t] for _, t in bounds], dim=-1)  # highest score left out
+    if bool((last == nxt).any()):
+        return allocate(scores, quotas).to(torch.int8)
+    for i, (code, _) in reversed(list(enumerate(bounds))):
+        codes = torch.where(flat >= last[..., i:i + 1], torch.tensor(code, dtype=torch.int8, device=flat.device), codes)
+    if taken >= n:  # the last quota reaches the end of the ranking: everything not yet coded gets it
+        tail = next(c for c in (4, 8, 16) if quotas.get(c, 0))
+        codes = torch.where(codes == 0, torch.tensor(tail, dtype=torch.int8, device=flat.device), codes)
+    return codes.view(scores.shape)
+
+
 @dataclass(frozen=True, eq=False)
 class DraftPlan:
     """What the kernel runs: `codes` (B, H, R, R) precision per region pair (16, 8, 4 or 0 = skipped),

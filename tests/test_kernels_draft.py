@@ -238,13 +238,14 @@ def test_allocation_by_threshold_equals_engine_allocation():
     for the recipes' quotas, empty and full quotas."""
     pytest.importorskip("triton")
     from lowbit_video.attention.draft_alloc import allocate, head_quotas
-    from lowbit_video.kernels.draft_route import allocate_by_threshold
+    from lowbit_video.kernels.draft_route import allocate_by_boundaries, allocate_by_threshold
     from lowbit_video.recipes import DraftSpec, load_recipe
 
     g = torch.Generator().manual_seed(0)
     specs = [load_recipe(r).attention.draft for r in ("draftattention2", "draftattention-sparse16")]
     specs += [DraftSpec(sparsity=0.0), DraftSpec(sparsity=0.5, fp16=0.0, int8=0.5, nvfp4=0.5),
-              DraftSpec(sparsity=0.95, fp16=0.2, int8=0.0, nvfp4=0.8)]
+              DraftSpec(sparsity=0.95, fp16=0.2, int8=0.0, nvfp4=0.8), DraftSpec(sparsity=0.0, fp16=0.3, int8=0.7),
+              DraftSpec(sparsity=0.0, fp16=0.2, int8=0.0, nvfp4=0.8), DraftSpec(sparsity=0.0, fp16=0.0, int8=1.0)]
     for regions in (5, 12):
         for levels in (3, 50, None):
             s = torch.rand(2, 3, regions, regions, generator=g, dtype=torch.float64)
@@ -252,7 +253,9 @@ def test_allocation_by_threshold_equals_engine_allocation():
                 s = (s * levels).floor() / levels  # exact ties
             for spec in specs:
                 quotas = head_quotas(regions, spec)
-                assert torch.equal(allocate_by_threshold(s, quotas).long(), allocate(s, quotas)), (regions, levels, spec)
+                ref = allocate(s, quotas)
+                assert torch.equal(allocate_by_threshold(s, quotas).long(), ref), (regions, levels, spec)
+                assert torch.equal(allocate_by_boundaries(s, quotas).long(), ref), (regions, levels, spec)
 
 
 # ------------------------------------------------------------------------------------------------------- GPU
