@@ -292,10 +292,11 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
 @triton.jit
 def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale,
                       D: tl.constexpr, ROWS: tl.constexpr, ROT: tl.constexpr, SUB_MEAN: tl.constexpr,
-                      GROUP_MEAN: tl.constexpr, WRITE_F: tl.constexpr):
+                      GROUP_MEAN: tl.constexpr, WRITE_F: tl.constexpr, X_F32: tl.constexpr = True):
     """Q/K rows -> INT4 codes (int8, (B·H, n_pad, D)) and fp32 per-token scales (B·H, n_pad).
-    ROT: x @ RM · rot_scale first (RM the ±1/0 integer form of the rotation, exact in fp32; IEEE fp32
-    MMA). SUB_MEAN: minus MEAN (B·H, D) (K's mean over tokens, already rotated). GROUP_MEAN: this
+    ROT: x @ RM · rot_scale first (RM the ±1/0 integer form of the rotation): for 16-bit x an MMA in x's
+    own dtype (±1/0 is exact there, products exact, fp32 accumulation), for fp32 x an IEEE fp32 MMA (88 ms
+    per pass at wan-720p on the H200, against ≈ 1 ms in bf16: results/kernels-h200.md). SUB_MEAN: minus MEAN (B·H, D) (K's mean over tokens, already rotated). GROUP_MEAN: this
     program's ROWS tokens are one smoothing group: minus their mean, written to QM (B·H, tiles, D).
     WRITE_F: the smoothed full-precision rows to KF (B·H, n_pad, D) fp32 (ΔS needs them)."""
     pid_t = tl.program_id(0)
@@ -306,10 +307,14 @@ def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N
     cols = tl.arange(0, D)
     valid = rows < N
     x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
-                mask=valid[:, None], other=0.0).to(tl.float32)
+                mask=valid[:, None], other=0.0)
     if ROT:
         rm = tl.load(RM + cols[:, None] * D + cols[None, :])
-        x = tl.dot(x, rm, input_precision="ieee") * rot_scale
+        if X_F32:
+            x = tl.dot(x.to(tl.float32), rm, input_precision="ieee") * rot_scale
+        else:
+            x = tl.dot(x, rm.to(x.dtype)) * rot_scale
+    x = x.to(tl.float32)
     if SUB_MEAN:
         x = x - tl.load(MEAN + pid_bh * D + cols)[None, :]
     if GROUP_MEAN:
@@ -350,6 +355,7 @@ def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
     return _ROT[key]
 
 
+_HALF = (torch.float16, torch.bfloat16)
 INT4_ROWS = (128, 8)  # rows per program (= the Q smoothing group = the kernel's BLOCK_M), warps
 
 
@@ -383,10 +389,10 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
         kmean = torch.zeros((1,), device=dev)
     _int4_rows_kernel[(pad_q // rows, B * H)](q, rm, kmean, qc, qs, qm, kf, *_bhnd_strides(q, layout), H, Nq, pad_q,
                                               rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=False,
-                                              GROUP_MEAN=smq, WRITE_F=False, num_warps=warps)
+                                              GROUP_MEAN=smq, WRITE_F=False, X_F32=q.dtype not in _HALF, num_warps=warps)
     _int4_rows_kernel[(pad_k // rows, B * H)](k, rm, kmean, kc, ks, qm, kf, *_bhnd_strides(k, layout), H, Nk, pad_k,
                                               rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=bool(spec.smooth_k),
-                                              GROUP_MEAN=False, WRITE_F=smq, num_warps=warps)
+                                              GROUP_MEAN=False, WRITE_F=smq, X_F32=k.dtype not in _HALF, num_warps=warps)
     # V (torch): V·H in fp32, per-channel scale amax/7 rounded once to fp32 (from fp64, as formats.intq),
     # codes RNE(v / scale) in fp64, ±7, transposed and zero-padded
     vb = v.transpose(1, 2) if layout == "BNHD" else v

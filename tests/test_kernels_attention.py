@@ -503,7 +503,13 @@ _INT4_INTERP_SCRIPT = textwrap.dedent(
     for recipe in {recipes!r}:
         q, k, v = make_qkv(1, 2, 150, 140, 64, outliers=True, dtype=torch.float32, seed=3)
         pre[recipe] = _int4_prepass_vs_reference(q, k, v, recipe)
-    print(json.dumps({{"attn": res, "prepass": pre}}))
+    half = {{}}  # 16-bit inputs: the rotation as an fp16 MMA (the interpreter's bf16 dot is wrong)
+    for recipe in ("rotateattention-half", "rotateattention-full"):
+        q, k, v = make_qkv(1, 2, 140, 200, 64, outliers=True, dtype=torch.float16, seed=11)
+        out = attention(q, k, v, recipe).double()
+        ref = attend(q, k, v, recipe, backend="reference").double()
+        half[recipe] = [rel_l2(out, ref), rel_l2(ref, exact_attention(q, k, v)), rel_l2(ref.half().double(), ref)]
+    print(json.dumps({{"attn": res, "prepass": pre, "half": half}}))
     """
 )
 
@@ -536,6 +542,8 @@ def test_int4_kernels_under_triton_interpreter_on_cpu():
         assert diff <= RATIO * err, (name, diff, err)  # fp32 outputs: no output-dtype rounding to add
     for recipe, pre in res["prepass"].items():
         _check_int4_prepass(pre)
+    for recipe, (diff, err, floor) in res["half"].items():
+        assert diff <= RATIO * err + floor, (recipe, diff, err, floor)
 
 
 # ------------------------------------------------------------------------------ NVFP4 (issue 7)
