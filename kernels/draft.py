@@ -14,6 +14,7 @@ on the GPU, in three steps, each timed separately by `split_draft` for the bench
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -74,15 +75,24 @@ def _check(q, k, v, layout, geometry, spec):
         raise ValueError(f"the draft kernel runs 64-token region blocks, recipe block {spec.block}")
 
 
+@functools.lru_cache(maxsize=16)
+def _layout_on(geometry, block: int, device: torch.device):
+    """The packed layout and its index tensors on `device`, built once per (geometry, block, device): a DiT
+    calls attention with one geometry in every block and step."""
+    from lowbit_video.attention.draft_layout import pack_layout
+
+    lay = pack_layout(geometry, block)
+    valid = (lay.gather >= 0).to(device=device, dtype=torch.int8)
+    return lay, lay.gather.to(device), valid, lay.inverse.to(device)
+
+
 def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float | None = None,
                 codes: torch.Tensor | None = None, config: dict | None = None):
     """(prepass, route, kernel) zero-argument callables whose sequence is one `draft_attention` call
     (each reuses the previous one's results), and the box they fill: "pre", "plan", "out"."""
-    from lowbit_video.attention.draft_layout import pack_layout
-
     spec = _draft_spec(recipe)
     _check(q, k, v, layout, geometry, spec)
-    lay = pack_layout(geometry, spec.block)
+    lay, gather, valid, inverse = _layout_on(geometry, spec.block, q.device)
     R, blk, P = lay.regions, lay.block, geometry.prefix
     D = q.shape[-1]
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
@@ -91,9 +101,6 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "allocator": "boundaries"}
     cfg.update(config or {})
     dev = q.device
-    gather = lay.gather.to(dev)
-    valid = (lay.gather >= 0).to(device=dev, dtype=torch.int8)
-    inverse = lay.inverse.to(dev)
     box: dict = {}
 
     def bhnd(t):
