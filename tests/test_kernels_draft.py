@@ -33,15 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 FLOOR = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}  # 2u of the dtype (module docstring)
 RATIO = 0.05
 
-try:
-    import triton  # noqa: F401
-
-    HAS_TRITON = True
-except Exception:  # pragma: no cover - depends on the environment
-    HAS_TRITON = False
-
-needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() and HAS_TRITON),
-                                reason="needs a CUDA device and triton (GPU figures live in results/kernels-h200.md)")
+from test_kernels_attention import HAS_TRITON, needs_cuda  # noqa: E402  (the kernel tests' shared markers)
 
 
 def rel_l2(a, b) -> float:

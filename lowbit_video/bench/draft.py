@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import torch
 
+from ..diagnostics.synthetic import apply_rope_3d
 from .kernels import cuda_times
 
 # (frames, height, width) of the latent patch grid behind each shape of bench/kernels.SHAPES
@@ -33,25 +34,10 @@ GEOMETRIES = {
 SWEEP_SPARSITY = (0.5, 0.7, 0.8, 0.9, 0.95)
 
 
-def _rope_3d(x: torch.Tensor, frames: int, height: int, width: int, theta: float = 10000.0) -> torch.Tensor:
-    """Wan's 3D RoPE (t/h/w channel split of lowbit_video.transforms.rope) on (B, H, N, D), in place order."""
-    from ..transforms.rope import rope_segments
-
-    dev = x.device
-    n = frames * height * width
-    idx = torch.arange(n, device=dev)
-    pos = torch.stack([idx // (height * width), (idx // width) % height, idx % width], dim=-1).to(torch.float64)
-    out = x.clone()
-    start = 0
-    for axis, size in enumerate(rope_segments(x.shape[-1])):
-        freqs = theta ** (-torch.arange(0, size, 2, dtype=torch.float64, device=dev) / size)
-        ang = pos[:, axis:axis + 1] * freqs
-        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-        even, odd = x[..., start:start + size:2], x[..., start + 1:start + size:2]
-        out[..., start:start + size:2] = even * cos - odd * sin
-        out[..., start + 1:start + size:2] = even * sin + odd * cos
-        start += size
-    return out
+def _grid(frames: int, height: int, width: int, device) -> torch.Tensor:
+    """(N, 3) (t, h, w) positions of a row-major latent grid."""
+    idx = torch.arange(frames * height * width, device=device)
+    return torch.stack([idx // (height * width), (idx // width) % height, idx % width], dim=-1)
 
 
 def structured_qkv(batch: int, heads: int, geometry: tuple[int, int, int], head_dim: int = 128, *, seed: int = 0,
@@ -66,7 +52,8 @@ def structured_qkv(batch: int, heads: int, geometry: tuple[int, int, int], head_
     q = a * u + torch.randn(batch, heads, n, head_dim, device=device, generator=g)
     k = a * u + torch.randn(batch, heads, n, head_dim, device=device, generator=g)
     v = torch.randn(batch, heads, n, head_dim, device=device, generator=g, dtype=dtype)
-    q, k = (_rope_3d(t, frames, height, width).to(dtype) for t in (q, k))
+    pos = _grid(frames, height, width, device)
+    q, k = (apply_rope_3d(t, pos).to(dtype) for t in (q, k))
     return q, k, v
 
 

@@ -31,7 +31,7 @@ def apply_rope_3d(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000
     out = x.clone()
     start = 0
     for axis, size in enumerate(rope_segments(x.shape[-1])):
-        freqs = theta ** (-torch.arange(0, size, 2, dtype=torch.float64) / size)
+        freqs = theta ** (-torch.arange(0, size, 2, dtype=torch.float64, device=positions.device) / size)
         angle = positions[:, axis : axis + 1].to(torch.float64) * freqs  # (seq, size/2)
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
         even, odd = x[..., start : start + size : 2], x[..., start + 1 : start + size : 2]
