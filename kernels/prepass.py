@@ -15,10 +15,13 @@ channel for V (scale amax/448), in Triton; the quantization arithmetic follows t
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
+
+from ._rounding import nvfp4_rows_exact
 
 from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
 
@@ -449,20 +452,77 @@ def _nvfp4_unscaled(x64: torch.Tensor, axis: int, outer_scale):
     return dataclasses.replace(t, outer_scale=one).dequantize(torch.float64), t.outer_scale.reshape(1).to(x64.device)
 
 
+@triton.jit
+def _nvfp4_tile_kernel(X, SO, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, ROWS: tl.constexpr,
+                       ALONG_TOKENS: tl.constexpr):
+    """ROWS tokens of one (batch, head) -> E2M1·s_b in fp16 (exact), outer scale SO (1 element): blocks of 16
+    along head_dim into OUT (B·H, n_pad, D), or (ALONG_TOKENS) along tokens into OUT (B·H, D, n_pad)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
+                mask=(rows < N)[:, None], other=0.0).to(tl.float32)  # exact: inputs of <= 24 bits
+    so = tl.load(SO).to(tl.float64)
+    if ALONG_TOKENS:
+        e = nvfp4_rows_exact(tl.trans(x), so, D, ROWS)
+        tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + rows[None, :], e.to(tl.float16))
+    else:
+        e = nvfp4_rows_exact(x, so, ROWS, D)
+        tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], e.to(tl.float16))
+
+
+def _tensor_scale(x: torch.Tensor, outer: str) -> torch.Tensor:
+    """formats.nvfp4's outer scale, (1,) fp32: "tensor" = fl32(amax / 2688) (0 -> 1), "none" = 1."""
+    if outer == "none":
+        return torch.ones((1,), device=x.device, dtype=torch.float32)
+    s = (x.abs().amax().to(torch.float64) / 2688.0).to(torch.float32).reshape(1)
+    return torch.where(s > 0, s, torch.ones_like(s))
+
+
+def _nvfp4_prepass_triton(q, k, v, layout, spec, B, H, Nq, Nk, D, pad_q, pad_k):
+    """nvfp4 without smoothing: one Triton pass per operand, straight from the 16-bit/fp32 inputs."""
+    dev = q.device
+    out = []
+    for x, n, pad, outer, along in ((q, Nq, pad_q, spec.q.outer_scale, False), (k, Nk, pad_k, spec.k.outer_scale, False),
+                                    (v, Nk, pad_k, spec.v.outer_scale, True)):
+        so = _tensor_scale(x, outer)
+        shape = (B * H, D, pad) if along else (B * H, pad, D)
+        t = torch.empty(shape, device=dev, dtype=torch.float16)
+        _nvfp4_tile_kernel[(pad // NVFP4_GROUP, B * H)](x, so, t, *_bhnd_strides(x, layout), H, n, pad, D=D,
+                                                        ROWS=NVFP4_GROUP, ALONG_TOKENS=along, num_warps=8)
+        out += [t, so]
+    (qq, qs), (kk, ks), (vt, vs) = out[0:2], out[2:4], out[4:6]
+    qm = torch.zeros((B * H, pad_q // NVFP4_GROUP, D), device=dev, dtype=torch.float32)
+    kf = torch.zeros((1,), device=dev, dtype=torch.float32)  # no Q smoothing: no ΔS
+    return qq, qs, qm, kk, ks, kf, vt, vs
+
+
 def nvfp4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, spec):
-    """NVFP4 operands: (q E2M1·s_b bf16 (B·H, Nq_pad, D), q tensor scale (1,) fp32, q group means (B·H, q groups,
+    """NVFP4 operands: (q E2M1·s_b fp16 (B·H, Nq_pad, D), q tensor scale (1,) fp32, q group means (B·H, q groups,
     D) fp32 (zeros without Q smoothing), k likewise (K smoothed if the recipe says so), its scale, the smoothed K
-    in fp32 (B·H, Nk_pad, D) (for ΔS), Vᵀ E2M1·s_b bf16 (B·H, D, Nk_pad) (16-blocks along tokens), V's scale)."""
+    in fp32 (B·H, Nk_pad, D) (for ΔS; a 1-element dummy without Q smoothing on the Triton path), Vᵀ E2M1·s_b
+    fp16 (B·H, D, Nk_pad) (16-blocks along tokens), V's scale).
+
+    Without smoothing (nvfp4) and for 16-bit or fp32 inputs on CUDA (or the interpreter): one Triton pass
+    per operand with the exact midpoint rounding of kernels/_rounding.py. Otherwise (sage-nvfp4, or CPU):
+    formats.nvfp4 itself in float64 torch after the reference's smoothing (206 ms at wan-720p on the H200)."""
     from lowbit_video.transforms import smooth_k, smooth_q
 
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     dev = q.device
+    pad_q = triton.cdiv(Nq, NVFP4_GROUP) * NVFP4_GROUP
+    pad_k = triton.cdiv(Nk, TILE) * TILE
+    fast = (not spec.smooth_k and not spec.smooth_q and all(t.dtype in _HALF + (torch.float32,) for t in (q, k, v))
+            and (dev.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"))
+    if fast:
+        return _nvfp4_prepass_triton(q, k, v, layout, spec, B, H, Nq, Nk, D, pad_q, pad_k)
     qb, kb, vb = ((t.transpose(1, 2) if layout == "BNHD" else t).to(torch.float64) for t in (q, k, v))
     if spec.smooth_k:
         kb, _ = smooth_k(kb)
-    pad_q = triton.cdiv(Nq, NVFP4_GROUP) * NVFP4_GROUP
-    pad_k = triton.cdiv(Nk, TILE) * TILE
     qm = torch.zeros((B * H, pad_q // NVFP4_GROUP, D), device=dev, dtype=torch.float32)
     if spec.smooth_q:
         qb, qmean = smooth_q(qb, spec.smooth_q_group)

@@ -584,7 +584,8 @@ def _nvfp4_prepass_vs_formats(q, k, v, recipe):
                                   ("v", vt[:, :, :nk].reshape(b, h, d, nk).transpose(-1, -2), vs, v64, -2)):
         want = nvfp4.fake_quantize(x, block=16, axis=axis, outer_scale=spec.operand(name).outer_scale)
         res[name] = float((got.double() * s.double() - want).abs().max())
-    res["k_full"] = float((kf[:, :nk].reshape(b, h, nk, d).double() - k64.float().double()).abs().max())
+    if kf.dim() == 3:  # the smoothed K for ΔS (the Triton path of nvfp4 has no Q smoothing and writes none)
+        res["k_full"] = float((kf[:, :nk].reshape(b, h, nk, d).double() - k64.float().double()).abs().max())
     if qmean is not None:
         res["q_mean"] = float((qm.reshape(b, h, -1, d).double()
                                - qmean[:, :, ::spec.smooth_q_group].float().double()).abs().max())
@@ -599,6 +600,36 @@ def test_nvfp4_prepass_is_bit_exact_against_formats(recipe, dtype):
     q, k, v = make_qkv(2, 2, 150, 140, 64, outliers=True, seed=5, dtype=dtype)
     res = _nvfp4_prepass_vs_formats(q, k, v, recipe)
     assert all(val == 0.0 for val in res.values()), res
+
+
+_NVFP4_PRE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    from test_kernels_attention import _nvfp4_prepass_vs_formats, make_qkv
+    res = {{}}
+    for dt in ("bfloat16", "float16", "float32"):
+        q, k, v = make_qkv(2, 2, 150, 140, 64, outliers=True, seed=5, dtype=getattr(torch, dt))
+        res[dt] = _nvfp4_prepass_vs_formats(q, k, v, "nvfp4")
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+def test_nvfp4_triton_prepass_bit_exact_under_triton_interpreter_on_cpu():
+    """nvfp4's Triton pre-pass (no smoothing: exact midpoint rounding, kernels/_rounding.py) through
+    TRITON_INTERPRET=1: Q̂, K̂, V̂ equal formats.nvfp4 bit for bit for bf16, fp16 and fp32 inputs."""
+    import json
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _NVFP4_PRE_SCRIPT.format(tests=str(REPO / "tests"))],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(res) == {"bfloat16", "float16", "float32"}
+    for dt, r in res.items():
+        assert all(val == 0.0 for val in r.values()), (dt, r)
 
 
 def test_nvfp4_recipes_are_supported_on_cuda_only():
