@@ -432,11 +432,9 @@ class _ieee_fp32_matmul:
 
 
 # ----------------------------------------------------------------------------------------- NVFP4
-# nvfp4 / sage-nvfp4: the operands are formats.nvfp4 itself, in float64 torch on the tensors' device (after
-# the reference's own smoothing functions), so the codes, E4M3 block scales and fp32 tensor scales are the
-# reference engine's bit for bit. What the kernel reads is E2M1·s_b (the tensor scale left out): <= 6
-# significant bits with an exponent in [-10, 11], exact in bf16. Correct first; a fused Triton pre-pass is
-# the performance step that comes with the GPU measurements.
+# nvfp4 / sage-nvfp4: what the kernel reads is E2M1·s_b (<= 6 significant bits with an exponent in [-10, 11],
+# exact in fp16), the fp32 tensor scales outside. nvfp4 on CUDA: a Triton pass per operand (exact rounding,
+# _rounding.py); sage-nvfp4 and CPU: formats.nvfp4 itself in float64 torch after the reference's smoothing.
 
 NVFP4_GROUP = 128  # the Q smoothing group = the kernel's BLOCK_M (one q mean per program)
 
