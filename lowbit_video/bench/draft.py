@@ -17,13 +17,12 @@ one whole call (what the ratio to SDPA cuDNN bf16, measured in the same run, use
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import replace
 
 import torch
 
 from ..diagnostics.synthetic import apply_rope_3d
-from .kernels import cuda_times
+from .kernels import _time
 
 # (frames, height, width) of the latent patch grid behind each shape of bench/kernels.SHAPES
 GEOMETRIES = {
@@ -70,7 +69,7 @@ def sampled_error(out: torch.Tensor, q, k, v, rows: torch.Tensor, scale: float) 
 
 
 def _median(fn, warm, reps):
-    return statistics.median(cuda_times(fn, warmup=warm, reps=reps))
+    return _time(fn, warmup=warm, reps=reps)
 
 
 def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, config=None, log=print) -> dict:
