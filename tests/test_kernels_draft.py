@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 FLOOR = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}  # 2u of the dtype (module docstring)
 RATIO = 0.05
 
-from test_kernels_attention import HAS_TRITON, needs_cuda  # noqa: E402  (the kernel tests' shared markers)
+from test_kernels_attention import HAS_TRITON, interpreter_kernels, needs_cuda  # noqa: E402  (shared markers)
 
 
 def rel_l2(a, b) -> float:
@@ -182,6 +182,7 @@ _SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
 def test_draft_kernel_under_triton_interpreter_on_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _SCRIPT.format(tests=str(REPO / "tests"))], capture_output=True,
