@@ -22,28 +22,20 @@ import torch
 
 from ._core import draft_fwd
 from .draft_prepass import draft_prepass
-from .draft_route import DraftPlan, allocate_by_boundaries, allocate_by_threshold, plan_from_codes
+from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
 
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
 
 
-def route(pre: dict, spec, regions: int, scale: float, allocator: str = "boundaries") -> torch.Tensor:
-    """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors, by one of three
-    allocations with equal results (tests/test_kernels_draft.py): "boundaries" (one sort, then comparisons;
-    the default), "sort" (the engine's own `allocate`: sort + scatter), "threshold" (kthvalue selections;
-    measured slowest on the H200)."""
-    from lowbit_video.attention.draft_alloc import allocate, head_quotas
+def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
+    """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors."""
+    from lowbit_video.attention.draft_alloc import head_quotas
     from lowbit_video.attention.draft_map import draft_scores
 
     scores = draft_scores(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
                           maxpool_weight=spec.maxpool_weight)
-    quotas = head_quotas(regions, spec)
-    if allocator == "sort":
-        return allocate(scores, quotas)
-    if allocator == "threshold":
-        return allocate_by_threshold(scores, quotas)
-    return allocate_by_boundaries(scores, quotas)
+    return allocate_by_boundaries(scores, head_quotas(regions, spec))
 
 
 __all__ = ["DraftPlan", "draft_attention", "plan_from_codes", "route", "split_draft"]
@@ -98,7 +90,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
-    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "allocator": "boundaries"}
+    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
     cfg.update(config or {})
     dev = q.device
     box: dict = {}
@@ -110,7 +102,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
         box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P, num_warps=cfg["prepass_warps"])
 
     def run_route():
-        c = codes if codes is not None else route(box["pre"], spec, R, sm_scale, cfg["allocator"])
+        c = codes if codes is not None else route(box["pre"], spec, R, sm_scale)
         box["plan"] = plan_from_codes(c.to(dev))
 
     def run_kernel():

@@ -68,10 +68,6 @@ def sampled_error(out: torch.Tensor, q, k, v, rows: torch.Tensor, scale: float) 
     return math.sqrt(num / den)
 
 
-def _median(fn, warm, reps):
-    return _time(fn, warmup=warm, reps=reps)
-
-
 def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, config=None, log=print) -> dict:
     """One draft spec at one shape: times, realised density and precision shares, sampled error."""
     from ..attention.draft_layout import VideoGeometry
@@ -83,16 +79,16 @@ def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, conf
     prep()
     rte()
     kern()
-    prepass_ms = _median(prep, 1, reps)
-    route_ms = _median(rte, 1, reps)
-    kernel_ms = _median(kern, 1, reps)
+    prepass_ms = _time(prep, warmup=1, reps=reps)
+    route_ms = _time(rte, warmup=1, reps=reps)
+    kernel_ms = _time(kern, warmup=1, reps=reps)
 
     def whole():
         prep()
         rte()
         return kern()
 
-    total_ms = _median(whole, 1, reps)
+    total_ms = _time(whole, warmup=1, reps=reps)
     out = box["out"]
     plan = box["plan"]
     d = spec if not hasattr(spec, "draft") else spec.draft
@@ -140,7 +136,7 @@ def bench_draft(shapes=("wan-720p",), *, recipes=("draftattention2", "draftatten
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
-        cudnn_ms = _median(cudnn, 1, reps)
+        cudnn_ms = _time(cudnn, warmup=1, reps=reps)
         err = sampled_error(cudnn(), q, k, v, rows, scale)
         info["baselines"].append({"shape": name, "backend": "sdpa-cudnn", "ms": cudnn_ms, "rel_l2": err})
         log(f"{name}: SDPA cuDNN bf16 {cudnn_ms:.2f} ms, rel_l2 {err:.5f}")

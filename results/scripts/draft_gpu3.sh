@@ -1,4 +1,5 @@
 #!/bin/bash
+# (Ran at the commit it was added with; allocate_by_threshold and the allocator option were later removed.)
 # Device call 3 (issue 7): draft GPU tests after the threshold allocation and the plan kernel; route
 # timing split; the draft benchmark (wan-720p sweep + wan-480p rows) with the tuned config (defaults).
 set -o pipefail

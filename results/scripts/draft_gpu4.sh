@@ -1,4 +1,5 @@
 #!/bin/bash
+# (Ran at the commit it was added with; allocate_by_threshold and the allocator option were later removed.)
 # Device call 4 (issue 7): route allocator variants (engine sort vs kthvalue thresholds), then the draft
 # benchmark (wan-720p sweep + wan-480p rows) with the faster one.
 set -o pipefail
