@@ -71,51 +71,16 @@ def e4m3_round(t):
 
 
 @triton.jit
-def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
-               c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
-               MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
-               P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
-               P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
-               PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
-               RNE_P: tl.constexpr = False):
-    """One key tile of the online-softmax recurrence (the core every variant shares).
-
-    K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
-    vt_base + d·sv_d + n·sv_n with the d stride folded into vt_base's offsets by the caller.
-    m_i is kept in the log2 domain; P̃ is produced pre-multiplied by 2^P_SHIFT (P_SHIFT folded into
-    the exp2 argument: 8 for MXFP4, log2 448 for the FP8 P̃ of sage2, 0 for dense and INT4).
-
-    MODE 3 (INT4): q, k hold INT4 codes in int8, so QKᵀ is an exact INT8 MMA (int32); c_row carries
-    q's per-token scale · sm_scale·log2 e, ks_base K's per-token scales; with SMQ the ΔS term
-    (q's group mean, qm16 pre-scaled by sm_scale·log2 e, against the full-precision smoothed K at
-    kf_base) is added in fp32 (SMQ 1: a 3xTF32 MMA per tile; SMQ 2: read from a (q group, key)
-    table the pre-pass computed, kf_base then pointing at this program's row, scaled by ds_scale). P̃ gets PLEV + 1 integer levels per row of the tile,
-    codes = RNE(P̃ / s) ∈ [0, PLEV], s = rowmax(P̃ tile) / PLEV: for PLEV = 15 these are the
-    affine codes + 8 (the zero point −8 folded in: s·(c + 8)·V̂ is one exact INT8 MMA with the
-    unsigned codes, i.e. Σ c·V̂ plus 8·colsum(V̂)), for PLEV = 7 the symmetric codes. P̂·V̂ is an
-    exact INT8 MMA against V's INT4 codes, scaled by s per row into the fp32 accumulator.
-
-    MODE 4 (NVFP4): q, k hold E2M1·s_b (the E4M3 block scale, 16-blocks along head_dim) in fp16, exact
-    (<= 6 significant bits; fp16 rather than bf16, equally exact, because Triton's CPU interpreter computes
-    bf16 tl.dot wrongly and could not verify it), so QKᵀ is a 16-bit MMA with exact products; c_row carries the two fp32 tensor
-    scales · sm_scale·log2 e; SMQ 2 adds ΔS as for MODE 3. P̃ is quantized per 16 keys of each row as
-    formats/nvfp4: s_b = E4M3_RNE(amax_b / (6·s_o)), elements E2M1_RNE(P̃ / (s_b·s_o)); s_o = 1 (PROW
-    False) or the two-level rowmax(P̃ tile)/(448·6) (PROW, SageAttention3). P̂/s_o = E2M1·s_b is exact in
-    fp16; the P̂·V̂ MMA runs in fp16 against V's E2M1·s_b and s_o multiplies the tile's product per row.
-
-    PHASE (DraftAttention2's precision phases sharing one state): the tile's P̂·V̂ product is taken out of
-    the MMA and multiplied by `pvs` (this phase's V scale per channel, times 2^−P_SHIFT) before it joins
-    the fp32 accumulator, and `lsc` (= 2^−P_SHIFT) brings the tile's Σ P̃ to the unshifted unit, so
-    every phase adds to m, ℓ and Õ in the same units and the output is normalised once."""
+def _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
+                 MODE: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 SMQ: tl.constexpr):
+    """First half of `_tile_step`: the key tile's logits QKᵀ (fp32, unmasked: `_tile_update` masks) and
+    the per-row factor still to apply in the log2 domain (MODE 3/4 fold theirs in here and return 1).
+    Split off so the kernel can issue the next tile's QKᵀ before this tile's softmax (PIPE)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
-    v_ptrs = vt_base + offs_n[None, :] * sv_n
     if MASKED:
         inb = offs_n < N_KV
-        valid = inb
-        if HAS_KPM:
-            valid = valid & (tl.load(kpm_base + offs_n, mask=inb, other=0) != 0)
         k = tl.load(k_ptrs, mask=inb[:, None], other=0.0)
     else:
         k = tl.load(k_ptrs)
@@ -144,7 +109,25 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
             # ΔS from the pre-pass table (q group, key) in fp32; kf_base is this program's row
             qk = qk + (tl.load(kf_base + offs_n) * ds_scale)[None, :]
         c_row = tl.full((BLOCK_M,), 1.0, tl.float32)
+    return qk, c_row
+
+
+@triton.jit
+def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_base, N_KV,
+                 MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
+                 P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+                 P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15,
+                 PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
+                 RNE_P: tl.constexpr = False):
+    """Second half of `_tile_step`: masking, the online-softmax update, P̃ quantization and P̂·V̂."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    v_ptrs = vt_base + offs_n[None, :] * sv_n
     if MASKED:
+        inb = offs_n < N_KV
+        valid = inb
+        if HAS_KPM:
+            valid = valid & (tl.load(kpm_base + offs_n, mask=inb, other=0) != 0)
         qk = tl.where(valid[None, :], qk, float("-inf"))
     if MODE == 1:
         # block maxima of the logits first; the row maximum from them (1/32 of the extra work)
@@ -255,6 +238,111 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
 
 
 @triton.jit
+def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
+               c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
+               MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
+               P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+               P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
+               PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
+               RNE_P: tl.constexpr = False):
+    """One key tile of the online-softmax recurrence (the core every variant shares).
+
+    K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
+    vt_base + d·sv_d + n·sv_n with the d stride folded into vt_base's offsets by the caller.
+    m_i is kept in the log2 domain; P̃ is produced pre-multiplied by 2^P_SHIFT (P_SHIFT folded into
+    the exp2 argument: 8 for MXFP4, log2 448 for the FP8 P̃ of sage2, 0 for dense and INT4).
+
+    MODE 3 (INT4): q, k hold INT4 codes in int8, so QKᵀ is an exact INT8 MMA (int32); c_row carries
+    q's per-token scale · sm_scale·log2 e, ks_base K's per-token scales; with SMQ the ΔS term
+    (q's group mean, qm16 pre-scaled by sm_scale·log2 e, against the full-precision smoothed K at
+    kf_base) is added in fp32 (SMQ 1: a 3xTF32 MMA per tile; SMQ 2: read from a (q group, key)
+    table the pre-pass computed, kf_base then pointing at this program's row, scaled by ds_scale). P̃ gets PLEV + 1 integer levels per row of the tile,
+    codes = RNE(P̃ / s) ∈ [0, PLEV], s = rowmax(P̃ tile) / PLEV: for PLEV = 15 these are the
+    affine codes + 8 (the zero point −8 folded in: s·(c + 8)·V̂ is one exact INT8 MMA with the
+    unsigned codes, i.e. Σ c·V̂ plus 8·colsum(V̂)), for PLEV = 7 the symmetric codes. P̂·V̂ is an
+    exact INT8 MMA against V's INT4 codes, scaled by s per row into the fp32 accumulator.
+
+    MODE 4 (NVFP4): q, k hold E2M1·s_b (the E4M3 block scale, 16-blocks along head_dim) in fp16, exact
+    (<= 6 significant bits; fp16 rather than bf16, equally exact, because Triton's CPU interpreter computes
+    bf16 tl.dot wrongly and could not verify it), so QKᵀ is a 16-bit MMA with exact products; c_row carries the two fp32 tensor
+    scales · sm_scale·log2 e; SMQ 2 adds ΔS as for MODE 3. P̃ is quantized per 16 keys of each row as
+    formats/nvfp4: s_b = E4M3_RNE(amax_b / (6·s_o)), elements E2M1_RNE(P̃ / (s_b·s_o)); s_o = 1 (PROW
+    False) or the two-level rowmax(P̃ tile)/(448·6) (PROW, SageAttention3). P̂/s_o = E2M1·s_b is exact in
+    fp16; the P̂·V̂ MMA runs in fp16 against V's E2M1·s_b and s_o multiplies the tile's product per row.
+
+    PHASE (DraftAttention2's precision phases sharing one state): the tile's P̂·V̂ product is taken out of
+    the MMA and multiplied by `pvs` (this phase's V scale per channel, times 2^−P_SHIFT) before it joins
+    the fp32 accumulator, and `lsc` (= 2^−P_SHIFT) brings the tile's Σ P̃ to the unshifted unit, so
+    every phase adds to m, ℓ and Õ in the same units and the output is normalised once."""
+    qk, c_row = _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16,
+                             ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+    return _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_base, N_KV, MODE, MASKED,
+                        HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, PROW,
+                        lsc, pvs, PHASE, RNE_P)
+
+
+@triton.jit
+def _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE: tl.constexpr):
+    """The row factor of key tile j: MODE 1 folds K's per-tile exponent 2^R_j in, the others use c_row."""
+    if MODE == 1:
+        return c_row * _pow2(tl.maximum(tl.load(KS + pid_bh * sks_bh + j), -126))
+    return c_row
+
+
+@triton.jit
+def _tile_start(LIST, j, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr):
+    """First key of tile j: j·BLOCK_N, or LIST[j]·BLOCK_N for a block-sparse key list (INDIRECT)."""
+    if INDIRECT:
+        return tl.load(LIST + j) * BLOCK_N
+    return j * BLOCK_N
+
+
+@triton.jit
+def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm_base, ks_base, c_row, N_KV,
+               kf_base, sk_n_kf, qm16, ds_scale, KS, pid_bh, sks_bh, LIST, n_tiles, lsc, pvs,
+               MODE: tl.constexpr, MASKED: tl.constexpr, HAS_KPM: tl.constexpr, PNQ: tl.constexpr,
+               P_FP8: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+               P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROMOTE: tl.constexpr,
+               PQ: tl.constexpr, PLEV: tl.constexpr, SMQ: tl.constexpr, PROW: tl.constexpr,
+               PHASE: tl.constexpr, RNE_P: tl.constexpr, INDIRECT: tl.constexpr, PIPE: tl.constexpr,
+               NUM_STAGES: tl.constexpr):
+    """`n_tiles` key tiles through `_tile_step` (attn_fwd's whole tiles, and each precision phase of draft_fwd).
+
+    PIPE: software pipelining (FA3's intra-warpgroup overlap): the next tile's QKᵀ is issued before this
+    tile's softmax and P̃ quantization, so the asynchronous MMA runs under the ALU work. The arithmetic is
+    the same, in the same order (GPU: equal outputs for MODE 0–3, measured)."""
+    if PIPE:
+        if n_tiles > 0:
+            qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, _tile_start(LIST, 0, BLOCK_N, INDIRECT), ks_base,
+                                   _tile_row_factor(c_row, KS, pid_bh, sks_bh, 0, MODE), N_KV, kf_base, sk_n_kf,
+                                   qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+            for j in tl.range(0, n_tiles - 1, num_stages=NUM_STAGES):
+                qk_next, c_next = _tile_scores(
+                    q, k_base, sk_n, offs_d, _tile_start(LIST, j + 1, BLOCK_N, INDIRECT), ks_base,
+                    _tile_row_factor(c_row, KS, pid_bh, sks_bh, j + 1, MODE), N_KV, kf_base, sk_n_kf, qm16,
+                    ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+                acc, m_i, l_i, n_bad = _tile_update(
+                    acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, j, BLOCK_N, INDIRECT), kpm_base,
+                    N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE,
+                    PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
+                qk = qk_next
+                c_q = c_next
+            acc, m_i, l_i, n_bad = _tile_update(
+                acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, n_tiles - 1, BLOCK_N, INDIRECT),
+                kpm_base, N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
+                PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
+    else:
+        for j in tl.range(0, n_tiles, num_stages=NUM_STAGES):
+            acc, m_i, l_i, n_bad = _tile_step(
+                acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, _tile_start(LIST, j, BLOCK_N, INDIRECT),
+                kpm_base, ks_base, _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, sk_n_kf,
+                qm16, ds_scale, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
+                PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P)
+    return acc, m_i, l_i, n_bad
+
+
+@triton.jit
 def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_d, sv_n, so_b, so_h, so_n, so_d,
              sqs_bh, sks_bh, svs_bh, skpm_b,
@@ -264,7 +352,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
              PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
-             PROW: tl.constexpr = False):
+             PROW: tl.constexpr = False, PIPE: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -322,27 +410,15 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         n_full = 0
     else:
         n_full = N_KV // BLOCK_N
-    for j in tl.range(0, n_full, num_stages=NUM_STAGES):
-        start_n = j * BLOCK_N
-        if MODE == 1:
-            rk = tl.load(KS + pid_bh * sks_bh + j)
-            c_t = c_row * _pow2(tl.maximum(rk, -126))
-        else:
-            c_t = c_row
-        acc, m_i, l_i, n_bad = _tile_step(
-            acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
-            c_t, N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, False, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
-            BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW)
+    acc, m_i, l_i, n_bad = _tile_loop(
+        acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm_base, ks_base, c_row, N_KV, kf_base,
+        HEAD_DIM, qm16, sm_scale_log2, KS, pid_bh, sks_bh, KS, n_full, 1.0, 1.0, MODE, False, HAS_KPM, PNQ, P_FP8,
+        RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW, False, False, False, PIPE,
+        NUM_STAGES)
     for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
-        start_n = j * BLOCK_N
-        if MODE == 1:
-            rk = tl.load(KS + pid_bh * sks_bh + j)
-            c_t = c_row * _pow2(tl.maximum(rk, -126))
-        else:
-            c_t = c_row
         acc, m_i, l_i, n_bad = _tile_step(
-            acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, start_n, kpm_base, ks_base,
-            c_t, N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, True, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
+            acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, j * BLOCK_N, kpm_base, ks_base,
+            _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, HEAD_DIM, qm16, sm_scale_log2, MODE, True, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT,
             BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW)
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -366,7 +442,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
 def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID, IDX, CNT, PK, PV, O,
               R, S, W, N_PRE, sm_scale_log2, p8_shift_inv,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, P8_SHIFT: tl.constexpr, PROMOTE: tl.constexpr,
-              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False):
+              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False, PIPE4: tl.constexpr = False,
+              PIPE8: tl.constexpr = False, PIPE16: tl.constexpr = False):
     """DraftAttention2, block-sparse and mixed precision: one program per (packed query region, b·h).
 
     Operands are packed region blocks of BLOCK slots (S = R·BLOCK per b·h, padding slots zero and marked 0
@@ -376,7 +453,8 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
     outer scales S4 (B·H, 3) = (s_o(Q), s_o(K), s_o(V)). IDX (B·H, R, W) int32 lists this query region's
     retained key blocks, grouped by phase (NVFP4, INT8/FP8, 16-bit — anemoi's order) with CNT
     (B·H, R, 3) entries each. PK, PV (B·H, N_PRE, D): the prefix (text) keys, dense at 16 bit, last.
-    Every phase is `_tile_step` of the shared core with PHASE=True: one (m, ℓ, Õ) per row, normalised once
+    Every phase is `_tile_loop` (`_tile_step`) of the shared core with PHASE=True (PIPE4/8/16: that
+    phase's loop software-pipelined): one (m, ℓ, Õ) per row, normalised once
     (rows that kept nothing give 0). O (B·H, S, D) fp32, packed. RNE_P: round P̃·448 onto E4M3 in fp32 before
     the FP8 cast (only under the CPU interpreter, whose cast is not RNE; on the GPU the cast is cvt.rn).
     """
@@ -403,34 +481,29 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
         q = tl.load(Q4 + base + rows)
         c_row = ones * (tl.load(S4 + bh * 3) * tl.load(S4 + bh * 3 + 1) * sm_scale_log2)
         pvs = tl.zeros((1, HEAD_DIM), tl.float32) + tl.load(S4 + bh * 3 + 2)
-        for j in tl.range(0, n4, num_stages=NUM_STAGES):
-            start_n = tl.load(lists + j) * BLOCK
-            acc, m_i, l_i, n_bad = _tile_step(
-                acc, m_i, l_i, n_bad, q, K4 + base, HEAD_DIM, V4T + base + offs_d[:, None] * S, 1, offs_d,
-                start_n, VALID, VALID, c_row, S, VALID, 0, qm16, 0.0, 4, True, True, False, False, 0, 2, 6.0,
-                0.0, BLOCK, BLOCK, False, False, 15, 0, False, 1.0, pvs, True)
+        acc, m_i, l_i, n_bad = _tile_loop(
+            acc, m_i, l_i, n_bad, q, K4 + base, HEAD_DIM, V4T + base + offs_d[:, None] * S, 1, offs_d, VALID, VALID,
+            c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists, n4, 1.0, pvs, 4, True, True, False, False, 0, 2, 6.0,
+            0.0, BLOCK, BLOCK, False, False, 15, 0, False, True, False, True, PIPE4, NUM_STAGES)
     # phase 2: INT8 QKᵀ (per-block Q scale, per-slot K scale), FP8 P̃·V̂ (static 1/448, per-channel V)
     if n8 > 0:
         q = tl.load(Q8 + base + rows)
         c_row = ones * (tl.load(QS8 + bh * R + pid_m) * sm_scale_log2)
         pvs = (tl.load(VS8 + bh * HEAD_DIM + offs_d) * p8_shift_inv)[None, :]
-        for j in tl.range(0, n8, num_stages=NUM_STAGES):
-            start_n = tl.load(lists + n4 + j) * BLOCK
-            acc, m_i, l_i, n_bad = _tile_step(
-                acc, m_i, l_i, n_bad, q, K8 + base, HEAD_DIM, V8T + base + offs_d[:, None] * S, 1, offs_d,
-                start_n, VALID, KS8 + bh.to(tl.int64) * S, c_row, S, VALID, 0, qm16, 0.0, 2, True, True, False,
-                True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, p8_shift_inv, pvs, True,
-                RNE_P)
+        acc, m_i, l_i, n_bad = _tile_loop(
+            acc, m_i, l_i, n_bad, q, K8 + base, HEAD_DIM, V8T + base + offs_d[:, None] * S, 1, offs_d, VALID,
+            KS8 + bh.to(tl.int64) * S, c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists + n4, n8, p8_shift_inv,
+            pvs, 2, True, True, False, True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, True,
+            RNE_P, True, PIPE8, NUM_STAGES)
     # phase 3: 16 bit (the caller's dtype), unquantized
     if n16 > 0:
         q = tl.load(Q16 + base + rows)
         c_row = ones * sm_scale_log2
-        for j in tl.range(0, n16, num_stages=NUM_STAGES):
-            start_n = tl.load(lists + n4 + n8 + j) * BLOCK
-            acc, m_i, l_i, n_bad = _tile_step(
-                acc, m_i, l_i, n_bad, q, K16 + base, HEAD_DIM, V16 + base + offs_d[:, None], HEAD_DIM, offs_d,
-                start_n, VALID, VALID, c_row, S, VALID, 0, qm16, 0.0, 0, True, True, False, False, 0, 2, 6.0,
-                0.0, BLOCK, BLOCK, False, False, 15, 0, False, 1.0, 1.0, True)
+        acc, m_i, l_i, n_bad = _tile_loop(
+            acc, m_i, l_i, n_bad, q, K16 + base, HEAD_DIM, V16 + base + offs_d[:, None], HEAD_DIM, offs_d, VALID,
+            VALID, c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists + n4 + n8, n16, 1.0, 1.0, 0, True, True,
+            False, False, 0, 2, 6.0, 0.0, BLOCK, BLOCK, False, False, 15, 0, False, True, False, True, PIPE16,
+            NUM_STAGES)
     # prefix keys: dense 16 bit for every video query, outside the budget (ragged last tile masked)
     if N_PRE > 0:
         q = tl.load(Q16 + base + rows)

@@ -90,7 +90,8 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
-    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
+    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False, "PIPE8": False,
+           "PIPE16": False}
     cfg.update(config or {})
     dev = q.device
     box: dict = {}
@@ -119,7 +120,8 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
             pre["vs8"], pre["q4"], pre["k4"], pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pk, pv, o,
             R, S, plan.idx.shape[-1], P, sm_scale * 1.4426950408889634, P_FP8_SCALE,
             HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
-            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED)
+            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED, PIPE4=cfg["PIPE4"],
+            PIPE8=cfg["PIPE8"], PIPE16=cfg["PIPE16"])
         video = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
         if P:
             qb = bhnd(q)

@@ -139,19 +139,26 @@ def supports(spec, device: torch.device | str | None = None, head_dim: int | Non
 
 
 def _config(variant: str, head_dim: int) -> dict:
-    # Measured on one H200 (results/kernels-h200.md); BLOCK_N is fixed to the recipes' tile_k so the
-    # running maximum each P̃ tile is quantized against is the reference engine's.
+    # Measured on one H200 (results/kernels-h200.md, "Software pipelining and tile sizes"); BLOCK_N is fixed
+    # to the recipes' tile_k so the running maximum each P̃ tile is quantized against is the reference
+    # engine's. PIPE: the next tile's QKᵀ is issued before this tile's softmax (pays off where the
+    # per-element work is heavy: MXFP4 and INT4 P̃ quantization). BLOCK_M does not change any numerics of
+    # mx / sage (scales are per token or per 128-token tile), it is the INT4 / NVFP4 Q-smoothing group.
     if variant == "dense":
-        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)
+    if variant == "mx":
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True)
+    if variant == "sage":
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False)
     if variant == "int4":
         # DS: how the Q-smoothing term ΔS = q_mean · K_smoothedᵀ is formed: "table" (pre-pass, fp32
         # GEMM into a (q group, key) table the kernel reads 4 bytes per key from) or "fused" (3xTF32 MMA
         # per key tile against an fp32 copy of K: 64 KB more per tile; head_dim 64 only, at 128 it
         # needs 279552 B of shared memory on the H200, over its 232448)
-        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table")
+        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True)
     if variant == "nvfp4":
-        return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3)  # not tuned
-    return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3)
+        return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3, PIPE=False)  # PIPE: out of shared memory
+    raise ValueError(f"no kernel configuration for variant {variant!r}")
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layout: str = "BHND",
@@ -301,6 +308,10 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
     so = prepass._bhnd_strides(out, layout)
     bad = torch.zeros((1,), device=q.device, dtype=torch.int32)
     P = prep
+    if P["mode"] == MODE_MX and (P["qq"].element_size() > 1 or P["vv"].element_size() > 1):
+        # the exact bf16 fallbacks double the K/V tile bytes: PIPE's 4 stages do not fit in shared memory
+        # (327724 B > 232448 on the H200), the unpipelined 3-stage loop does
+        cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
     grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
     _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
     st._bad = bad if P["mode"] == MODE_MX else None
@@ -316,7 +327,7 @@ def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pro
         MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
-        PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False),
+        PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False), PIPE=cfg.get("PIPE", False),
     )
 
 
