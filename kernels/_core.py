@@ -306,12 +306,14 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROMOTE: tl.constexpr,
                PQ: tl.constexpr, PLEV: tl.constexpr, SMQ: tl.constexpr, PROW: tl.constexpr,
                PHASE: tl.constexpr, RNE_P: tl.constexpr, INDIRECT: tl.constexpr, PIPE: tl.constexpr,
-               NUM_STAGES: tl.constexpr):
+               NUM_STAGES: tl.constexpr, WS: tl.constexpr = False):
     """`n_tiles` key tiles through `_tile_step` (attn_fwd's whole tiles, and each precision phase of draft_fwd).
 
     PIPE: software pipelining (FA3's intra-warpgroup overlap): the next tile's QKᵀ is issued before this
     tile's softmax and P̃ quantization, so the asynchronous MMA runs under the ALU work. The arithmetic is
-    the same, in the same order (GPU: equal outputs for MODE 0–3, measured)."""
+    the same, in the same order (GPU: equal outputs for MODE 0–3, measured).
+    WS: Triton's automatic warp specialization of the plain loop, kept for measurement only: on the H200
+    with Triton 3.6 it gave nothing at 8 warps and stops the compiler (WSLowerToken assertion) at 4."""
     if PIPE:
         if n_tiles > 0:
             qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, _tile_start(LIST, 0, BLOCK_N, INDIRECT), ks_base,
@@ -333,7 +335,7 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
                 kpm_base, N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
                 PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
     else:
-        for j in tl.range(0, n_tiles, num_stages=NUM_STAGES):
+        for j in tl.range(0, n_tiles, num_stages=NUM_STAGES, warp_specialize=WS):
             acc, m_i, l_i, n_bad = _tile_step(
                 acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, _tile_start(LIST, j, BLOCK_N, INDIRECT),
                 kpm_base, ks_base, _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, sk_n_kf,
@@ -352,7 +354,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
              PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
-             PROW: tl.constexpr = False, PIPE: tl.constexpr = False):
+             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, WS: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -414,7 +416,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm_base, ks_base, c_row, N_KV, kf_base,
         HEAD_DIM, qm16, sm_scale_log2, KS, pid_bh, sks_bh, KS, n_full, 1.0, 1.0, MODE, False, HAS_KPM, PNQ, P_FP8,
         RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW, False, False, False, PIPE,
-        NUM_STAGES)
+        NUM_STAGES, WS)
     for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, j * BLOCK_N, kpm_base, ks_base,

@@ -328,6 +328,7 @@ def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pro
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
         PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False), PIPE=cfg.get("PIPE", False),
+        WS=cfg.get("WS", False),
     )
 
 
