@@ -92,7 +92,12 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
     cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False, "PIPE8": False,
            "PIPE16": False}
-    cfg.update(config or {})
+    for key, val in (config or {}).items():
+        if key not in cfg:
+            raise ValueError(f"unknown draft kernel config key {key!r}; known: {', '.join(cfg)}")
+        if type(val) is not type(cfg[key]):
+            raise ValueError(f"draft kernel config {key} must be {type(cfg[key]).__name__}, got {val!r}")
+        cfg[key] = val
     dev = q.device
     box: dict = {}
 

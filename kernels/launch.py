@@ -161,6 +161,30 @@ def _config(variant: str, head_dim: int) -> dict:
     raise ValueError(f"no kernel configuration for variant {variant!r}")
 
 
+# Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
+CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool}
+
+
+def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
+    """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types,
+    BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored."""
+    cfg = dict(_config(variant, head_dim))
+    for key, val in (config or {}).items():
+        typ = CONFIG_KEYS.get(key)
+        if typ is None:
+            raise ValueError(f"unknown kernel config key {key!r}; known: {', '.join(CONFIG_KEYS)}")
+        if typ is int and (isinstance(val, bool) or not isinstance(val, int)) or typ is not int and not isinstance(val, typ):
+            raise ValueError(f"kernel config {key} must be {typ.__name__}, got {val!r}")
+        cfg[key] = val
+    if cfg["BLOCK_M"] not in (16, 32, 64, 128, 256):
+        raise ValueError(f"kernel config BLOCK_M must be a power of two in 16..256, got {cfg['BLOCK_M']}")
+    if cfg["num_warps"] not in (1, 2, 4, 8, 16):
+        raise ValueError(f"kernel config num_warps must be 1, 2, 4, 8 or 16, got {cfg['num_warps']}")
+    if not 1 <= cfg["NUM_STAGES"] <= 8:
+        raise ValueError(f"kernel config NUM_STAGES must be in 1..8, got {cfg['NUM_STAGES']}")
+    return cfg
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layout: str = "BHND",
               scale: float | None = None, key_padding_mask: torch.Tensor | None = None,
               exact_p: bool = False, promote: bool = True, stats: KernelStats | None = None,
@@ -189,9 +213,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     st = stats if stats is not None else KernelStats()
     st.variant = variant
-    cfg = dict(_config(variant, D))
-    if config:
-        cfg.update(config)
+    cfg = merged_config(variant, D, config)
     dev = q.device
 
     if key_padding_mask is not None:
@@ -352,9 +374,7 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
     B, H, Nq, D = prepass._dims(q, layout)
     Nk = prepass._dims(k, layout)[2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cfg = dict(_config(variant, D))
-    if config:
-        cfg.update(config)
+    cfg = merged_config(variant, D, config)
     st = KernelStats(variant=variant)
     kpm = torch.zeros((1,), device=q.device, dtype=torch.int8)
     box = {}

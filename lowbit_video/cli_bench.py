@@ -21,6 +21,9 @@ def register(app: typer.Typer) -> None:
         shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p, hunyuan-720p (repeat; default small + wan-480p)."),
         recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Recipes to time (repeat; default: every recipe the kernels support)."),
         reps: Optional[int] = typer.Option(None, "--reps", min=1, help="Timed calls per measurement (median); default by shape size."),
+        config: Optional[list[str]] = typer.Option(
+            None, "--config", help="Also time each recipe with this kernel setting, KEY=VALUE (repeat to combine; "
+            "keys BLOCK_M, num_warps, NUM_STAGES, PIPE, DS, PQ, WS), as an extra row 'recipe[KEY=VALUE,...]'."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
     ) -> None:
@@ -29,9 +32,13 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from .bench.kernels import DEFAULT_RECIPES, SHAPES, bench_kernels, to_markdown
+        from .bench.kernels import DEFAULT_RECIPES, SHAPES, bench_kernels, config_variants, to_markdown
         from .errors import UserError
 
+        try:
+            variants = config_variants(recipes or DEFAULT_RECIPES, config or [])
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
             raise UserError("bench kernels needs a CUDA GPU (none is visible)")
         shapes = shapes or ["small", "wan-480p"]
@@ -39,7 +46,7 @@ def register(app: typer.Typer) -> None:
         if bad:
             raise UserError(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
-        info = bench_kernels(shapes, recipes or DEFAULT_RECIPES, reps=reps, log=log)
+        info = bench_kernels(shapes, recipes or DEFAULT_RECIPES, reps=reps, variants=variants, log=log)
         if as_json:
             print(json.dumps(info))
         elif markdown:

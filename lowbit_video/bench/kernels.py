@@ -154,6 +154,44 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
     return info
 
 
+def parse_config(items) -> dict:
+    """["PIPE=false", "NUM_STAGES=4"] -> {"PIPE": False, "NUM_STAGES": 4}, typed and checked against the
+    launcher's keys (kernels.launch.CONFIG_KEYS); ValueError with a one-line reason otherwise."""
+    from ..kernels.launch import CONFIG_KEYS
+
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key or not raw:
+            raise ValueError(f"--config wants KEY=VALUE, got {item!r}")
+        typ = CONFIG_KEYS.get(key)
+        if typ is None:
+            raise ValueError(f"unknown kernel config key {key!r}; known: {', '.join(CONFIG_KEYS)}")
+        if typ is bool:
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"--config {key} must be true or false, got {raw!r}")
+            out[key] = raw.lower() in ("true", "1")
+        elif typ is int:
+            try:
+                out[key] = int(raw)
+            except ValueError:
+                raise ValueError(f"--config {key} must be an integer, got {raw!r}") from None
+        else:
+            out[key] = raw
+    return out
+
+
+def config_variants(recipes, items) -> dict:
+    """The extra `bench_kernels` rows one --config setting adds: {"recipe[K=V,...]": {recipe, config}} for
+    every non-draft recipe (the draft path has its own knobs)."""
+    cfg = parse_config(items)
+    if not cfg:
+        return {}
+    tag = ",".join(f"{k}={v}" for k, v in cfg.items())
+    return {f"{r}[{tag}]": dict(recipe=r, config=cfg) for r in recipes if not _is_draft(r)}
+
+
 def _is_draft(recipe) -> bool:
     from ..recipes import load_recipe
 

@@ -1,0 +1,69 @@
+"""Kernel tuning knobs as users pass them: `attention(config=...)`, `draft_attention(config=...)` and
+`lowbit-video bench kernels --config KEY=VALUE`. A misspelt or mistyped knob must be refused, never ignored
+(the measured defaults would silently run instead)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+triton = pytest.importorskip("triton", reason="triton is not installed (it is not a test dependency)")
+
+
+def test_defaults_are_the_measured_ones_and_overrides_apply():
+    from lowbit_video.kernels.launch import merged_config
+
+    mx = merged_config("mx", 128, None)
+    assert (mx["PIPE"], mx["NUM_STAGES"], mx["BLOCK_M"], mx["num_warps"]) == (True, 4, 128, 8)
+    sage = merged_config("sage", 128, None)
+    assert (sage["PIPE"], sage["BLOCK_M"], sage["num_warps"]) == (False, 64, 4)
+    over = merged_config("mx", 128, {"PIPE": False, "NUM_STAGES": 3})
+    assert over["PIPE"] is False and over["NUM_STAGES"] == 3 and over["BLOCK_M"] == 128
+
+
+@pytest.mark.parametrize("config,msg", [({"num_stages": 3}, "unknown kernel config key 'num_stages'"),
+                                        ({"PIPE": 1}, "PIPE must be bool"),
+                                        ({"NUM_STAGES": True}, "NUM_STAGES must be int"),
+                                        ({"BLOCK_M": 96}, "BLOCK_M must be a power of two"),
+                                        ({"num_warps": 3}, "num_warps must be"),
+                                        ({"NUM_STAGES": 0}, "NUM_STAGES must be in 1..8")])
+def test_bad_kernel_config_is_refused(config, msg):
+    from lowbit_video.kernels.launch import merged_config
+
+    with pytest.raises(ValueError, match=msg):
+        merged_config("sage", 128, config)
+
+
+def test_bench_config_parses_typed_values_into_extra_rows():
+    from lowbit_video.bench.kernels import config_variants, parse_config
+
+    assert parse_config(["PIPE=false", "NUM_STAGES=4", "DS=table", "WS=1"]) == {
+        "PIPE": False, "NUM_STAGES": 4, "DS": "table", "WS": True}
+    rows = config_variants(["mxattention", "draftattention2"], ["PIPE=false"])
+    assert rows == {"mxattention[PIPE=False]": {"recipe": "mxattention", "config": {"PIPE": False}}}
+    assert config_variants(["mxattention"], []) == {}
+
+
+@pytest.mark.parametrize("item,msg", [("PIPE", "KEY=VALUE"), ("=3", "KEY=VALUE"), ("num_stages=3", "unknown kernel config key"),
+                                      ("PIPE=maybe", "true or false"), ("BLOCK_M=x", "must be an integer")])
+def test_bench_config_errors_are_one_line(item, msg):
+    from lowbit_video.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "kernels", "--config", item])
+    assert res.exit_code == 2
+    out = res.output.strip()
+    assert msg in out and "Traceback" not in out and len(out.splitlines()) == 1
+
+
+def test_draft_config_refuses_unknown_keys_and_types():
+    import torch
+
+    from lowbit_video.attention.draft_layout import VideoGeometry
+    from lowbit_video.kernels.draft import draft_attention
+
+    geo = VideoGeometry(1, 8, 8)
+    q = k = v = torch.zeros(1, 1, 64, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="unknown draft kernel config key 'pipe4'"):
+        draft_attention(q, k, v, "draftattention2", geo, config={"pipe4": True})
+    with pytest.raises(ValueError, match="PIPE4 must be bool"):
+        draft_attention(q, k, v, "draftattention2", geo, config={"PIPE4": 1})
