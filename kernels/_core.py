@@ -73,13 +73,16 @@ def e4m3_round(t):
 @triton.jit
 def _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
                  MODE: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SMQ: tl.constexpr):
+                 SMQ: tl.constexpr, kd=0, k_row0=0, TMA: tl.constexpr = False):
     """First half of `_tile_step`: the key tile's logits QKᵀ (fp32, unmasked: `_tile_update` masks) and
     the per-row factor still to apply in the log2 domain (MODE 3/4 fold theirs in here and return 1).
-    Split off so the kernel can issue the next tile's QKᵀ before this tile's softmax (PIPE)."""
+    Split off so the kernel can issue the next tile's QKᵀ before this tile's softmax (PIPE). TMA: the
+    (unmasked) K tile comes through the tensor descriptor kd (rows k_row0 + n of a (rows, D) view)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
-    if MASKED:
+    if TMA:
+        k = kd.load([k_row0 + start_n, 0])
+    elif MASKED:
         inb = offs_n < N_KV
         k = tl.load(k_ptrs, mask=inb[:, None], other=0.0)
     else:
@@ -119,8 +122,9 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
                  P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15,
                  PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
-                 RNE_P: tl.constexpr = False):
-    """Second half of `_tile_step`: masking, the online-softmax update, P̃ quantization and P̂·V̂."""
+                 RNE_P: tl.constexpr = False, vd=0, v_row0=0, TMA: tl.constexpr = False):
+    """Second half of `_tile_step`: masking, the online-softmax update, P̃ quantization and P̂·V̂ (TMA: the
+    Vᵀ tile through the descriptor vd, rows v_row0.. of a (B·H·D, N_pad) view)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     v_ptrs = vt_base + offs_n[None, :] * sv_n
     if MASKED:
@@ -204,7 +208,9 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
     else:
         p = y
         l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
-    if MASKED and MODE == 0:
+    if TMA:
+        vt = vd.load([v_row0, start_n])
+    elif MASKED and MODE == 0:
         vt = tl.load(v_ptrs, mask=inb[None, :], other=0.0)
     else:
         vt = tl.load(v_ptrs)  # MXFP4 / sage2 V is zero-padded to whole tiles by the pre-pass
@@ -245,7 +251,7 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
                PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
-               RNE_P: tl.constexpr = False):
+               RNE_P: tl.constexpr = False, kd=0, k_row0=0, vd=0, v_row0=0, TMA: tl.constexpr = False):
     """One key tile of the online-softmax recurrence (the core every variant shares).
 
     K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
@@ -276,10 +282,10 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
     the fp32 accumulator, and `lsc` (= 2^−P_SHIFT) brings the tile's Σ P̃ to the unshifted unit, so
     every phase adds to m, ℓ and Õ in the same units and the output is normalised once."""
     qk, c_row = _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16,
-                             ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+                             ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
     return _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_base, N_KV, MODE, MASKED,
                         HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, PROW,
-                        lsc, pvs, PHASE, RNE_P)
+                        lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
 
 
 @triton.jit
@@ -306,7 +312,8 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROMOTE: tl.constexpr,
                PQ: tl.constexpr, PLEV: tl.constexpr, SMQ: tl.constexpr, PROW: tl.constexpr,
                PHASE: tl.constexpr, RNE_P: tl.constexpr, INDIRECT: tl.constexpr, PIPE: tl.constexpr,
-               NUM_STAGES: tl.constexpr, WS: tl.constexpr = False):
+               NUM_STAGES: tl.constexpr, WS: tl.constexpr = False, kd=0, k_row0=0, vd=0, v_row0=0,
+               TMA: tl.constexpr = False):
     """`n_tiles` key tiles through `_tile_step` (attn_fwd's whole tiles, and each precision phase of draft_fwd).
 
     PIPE: software pipelining (FA3's intra-warpgroup overlap): the next tile's QKᵀ is issued before this
@@ -318,34 +325,34 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
         if n_tiles > 0:
             qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, _tile_start(LIST, 0, BLOCK_N, INDIRECT), ks_base,
                                    _tile_row_factor(c_row, KS, pid_bh, sks_bh, 0, MODE), N_KV, kf_base, sk_n_kf,
-                                   qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+                                   qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
             for j in tl.range(0, n_tiles - 1, num_stages=NUM_STAGES):
                 qk_next, c_next = _tile_scores(
                     q, k_base, sk_n, offs_d, _tile_start(LIST, j + 1, BLOCK_N, INDIRECT), ks_base,
                     _tile_row_factor(c_row, KS, pid_bh, sks_bh, j + 1, MODE), N_KV, kf_base, sk_n_kf, qm16,
-                    ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+                    ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
                 acc, m_i, l_i, n_bad = _tile_update(
                     acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, j, BLOCK_N, INDIRECT), kpm_base,
                     N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE,
-                    PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
+                    PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
                 qk = qk_next
                 c_q = c_next
             acc, m_i, l_i, n_bad = _tile_update(
                 acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, n_tiles - 1, BLOCK_N, INDIRECT),
                 kpm_base, N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
-                PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
+                PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
     else:
         for j in tl.range(0, n_tiles, num_stages=NUM_STAGES, warp_specialize=WS):
             acc, m_i, l_i, n_bad = _tile_step(
                 acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, _tile_start(LIST, j, BLOCK_N, INDIRECT),
                 kpm_base, ks_base, _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, sk_n_kf,
                 qm16, ds_scale, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
-                PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P)
+                PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P, kd, k_row0, vd, v_row0, TMA)
     return acc, m_i, l_i, n_bad
 
 
 @triton.jit
-def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
+def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
              sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_d, sv_n, so_b, so_h, so_n, so_d,
              sqs_bh, sks_bh, svs_bh, skpm_b,
              H, N_Q, N_KV, sm_scale_log2, skf_bh, sqm_bh, rotv_scale,
@@ -354,7 +361,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
              PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
-             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, WS: tl.constexpr = False):
+             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, WS: tl.constexpr = False,
+             TMA: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -416,7 +424,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm_base, ks_base, c_row, N_KV, kf_base,
         HEAD_DIM, qm16, sm_scale_log2, KS, pid_bh, sks_bh, KS, n_full, 1.0, 1.0, MODE, False, HAS_KPM, PNQ, P_FP8,
         RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW, False, False, False, PIPE,
-        NUM_STAGES, WS)
+        NUM_STAGES, WS, KD, pid_bh * (sk_h // HEAD_DIM), VD, pid_bh * HEAD_DIM, TMA)
     for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, j * BLOCK_N, kpm_base, ks_base,

@@ -162,7 +162,8 @@ def _config(variant: str, head_dim: int) -> dict:
 
 
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
-CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool}
+CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
+               "TMA": bool}
 
 
 def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
@@ -342,16 +343,31 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
 
 def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages):
+    # TMA (sage2 only, off by default): exact, measured no faster on the H200 (results/kernels-h200.md)
+    tma = bool(cfg.get("TMA", False)) and P["mode"] == MODE_SAGE
+    kd, vd = _descriptors(P, cfg) if tma else (P["kk"], P["vv"])
     attn_fwd[grid](
-        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad, P["kf"], P["qm"], P["hv"],
+        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad, P["kf"], P["qm"], P["hv"], kd, vd,
         *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,
         P["skf"], P["sqm"], 1.0 / math.sqrt(D),
         MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
         PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False), PIPE=cfg.get("PIPE", False),
-        WS=cfg.get("WS", False),
+        WS=cfg.get("WS", False), TMA=tma,
     )
+
+
+def _descriptors(P, cfg):
+    """TMA tensor descriptors of the pre-pass's K (B·H, N_pad, D) and Vᵀ (B·H, D, N_pad), as 2-D views whose
+    tiles never cross a head (N_pad is whole key tiles); the kernel's masked tail keeps pointer loads."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    kk, vv = P["kk"], P["vv"]
+    D = kk.shape[-1]
+    kd = TensorDescriptor.from_tensor(kk.reshape(-1, D), block_shape=[BLOCK_N, D])
+    vd = TensorDescriptor.from_tensor(vv.reshape(-1, vv.shape[-1]), block_shape=[D, BLOCK_N])
+    return kd, vd
 
 
 def finalize_stats(st: KernelStats) -> KernelStats:
