@@ -183,6 +183,9 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         raise ValueError(f"kernel config num_warps must be 1, 2, 4, 8 or 16, got {cfg['num_warps']}")
     if not 1 <= cfg["NUM_STAGES"] <= 8:
         raise ValueError(f"kernel config NUM_STAGES must be in 1..8, got {cfg['NUM_STAGES']}")
+    if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
+        # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
+        raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
     return cfg
 
 

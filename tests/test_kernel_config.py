@@ -26,7 +26,8 @@ def test_defaults_are_the_measured_ones_and_overrides_apply():
                                         ({"NUM_STAGES": True}, "NUM_STAGES must be int"),
                                         ({"BLOCK_M": 96}, "BLOCK_M must be a power of two"),
                                         ({"num_warps": 3}, "num_warps must be"),
-                                        ({"NUM_STAGES": 0}, "NUM_STAGES must be in 1..8")])
+                                        ({"NUM_STAGES": 0}, "NUM_STAGES must be in 1..8"),
+                                        ({"WS": True}, "WS .* needs num_warps=8")])
 def test_bad_kernel_config_is_refused(config, msg):
     from lowbit_video.kernels.launch import merged_config
 

@@ -1,7 +1,9 @@
 """Session 4, device call 6: does Triton 3.6's automatic warp specialization (tl.range(..., warp_specialize=True))
 work on the H200 for this kernel family, and what does it give? Library kernel (WS config, kernel only) for
 sage2-int8 and mxattention at wan-480p, and the plain FP8 probe kernel of pipe_tune_h200.py with WS and
-TMA loads. Usage: PYTHONPATH=$PWD python3 results/scripts/ws_probe_h200.py OUT.json"""
+TMA loads. Usage: PYTHONPATH=$PWD python3 results/scripts/ws_probe_h200.py OUT.json
+(Measured before the launcher refused WS below 8 warps; re-run now, those rows fail with that one-line
+error instead of the compiler's assertion.)"""
 
 import json
 import statistics
