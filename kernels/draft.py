@@ -23,6 +23,7 @@ import torch
 from ._core import draft_fwd
 from .draft_prepass import draft_prepass
 from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
+from .launch import with_overrides
 
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
@@ -90,14 +91,9 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
-    cfg = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False, "PIPE8": False,
-           "PIPE16": False}
-    for key, val in (config or {}).items():
-        if key not in cfg:
-            raise ValueError(f"unknown draft kernel config key {key!r}; known: {', '.join(cfg)}")
-        if type(val) is not type(cfg[key]):
-            raise ValueError(f"draft kernel config {key} must be {type(cfg[key]).__name__}, got {val!r}")
-        cfg[key] = val
+    defaults = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False,
+                "PIPE8": False, "PIPE16": False}
+    cfg = with_overrides(defaults, config, {k: type(v) for k, v in defaults.items()}, "draft kernel config")
     dev = q.device
     box: dict = {}
 

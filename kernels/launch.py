@@ -166,17 +166,23 @@ CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool
                "TMA": bool}
 
 
+def with_overrides(defaults: dict, config: dict | None, types: dict, what: str) -> dict:
+    """`defaults` updated by `config`, each key known to `types` and of exactly that type (a bool is no int)."""
+    cfg = dict(defaults)
+    for key, val in (config or {}).items():
+        typ = types.get(key)
+        if typ is None:
+            raise ValueError(f"unknown {what} key {key!r}; known: {', '.join(types)}")
+        if type(val) is not typ:
+            raise ValueError(f"{what} {key} must be {typ.__name__}, got {val!r}")
+        cfg[key] = val
+    return cfg
+
+
 def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
     """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types,
     BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored."""
-    cfg = dict(_config(variant, head_dim))
-    for key, val in (config or {}).items():
-        typ = CONFIG_KEYS.get(key)
-        if typ is None:
-            raise ValueError(f"unknown kernel config key {key!r}; known: {', '.join(CONFIG_KEYS)}")
-        if typ is int and (isinstance(val, bool) or not isinstance(val, int)) or typ is not int and not isinstance(val, typ):
-            raise ValueError(f"kernel config {key} must be {typ.__name__}, got {val!r}")
-        cfg[key] = val
+    cfg = with_overrides(_config(variant, head_dim), config, CONFIG_KEYS, "kernel config")
     if cfg["BLOCK_M"] not in (16, 32, 64, 128, 256):
         raise ValueError(f"kernel config BLOCK_M must be a power of two in 16..256, got {cfg['BLOCK_M']}")
     if cfg["num_warps"] not in (1, 2, 4, 8, 16):

@@ -57,6 +57,16 @@ interpreter_kernels = pytest.mark.skipif(
     HAS_TRITON and _triton_version() < (3, 8),
     reason="Triton < 3.8's CPU interpreter fails on range() over scalar tensors (TypeError); CI runs 3.8, the GPU tests cover 3.6")
 
+
+def run_interpreted(script: str, timeout: int = 600):
+    """Run `script` in a fresh Python with TRITON_INTERPRET=1 (the variable must be set before triton is
+    imported) and return the JSON its last stdout line prints; a failing script fails the test with its stderr."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
 needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() and HAS_TRITON),
                                 reason="needs a CUDA device and triton (GPU figures live in results/kernels-h200.md)")
 
@@ -358,15 +368,9 @@ def test_kernels_under_triton_interpreter_on_cpu():
     """Tiny shapes through TRITON_INTERPRET=1: pre-pass, in-kernel P̃ quantization, ragged tiles,
     q_len != kv_len, both layouts. sage2-int8 is left out: the interpreter's FP8 dot converts E4M3
     subnormals wrongly (measured ~2 % error on a plain FP8 dot), an interpreter artefact."""
-    import json
-
     cases = [("mxattention", "BHND", (1, 2, 40, 150, 64)), ("mxfp4-tfs", "BNHD", (1, 1, 70, 33, 64)),
              ("mxattention-no-pnq-uos", "BHND", (1, 1, 20, 129, 128)), ("fp16", "BNHD", (1, 2, 50, 140, 64))]
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _INTERP_SCRIPT.format(tests=str(REPO / "tests"), cases=cases)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(_INTERP_SCRIPT.format(tests=str(REPO / "tests"), cases=cases))
     for name, (diff, err) in res.items():
         if name.startswith("fp16"):
             assert diff < 2e-3, (name, diff)
@@ -399,13 +403,7 @@ _PIPE_INTERP_SCRIPT = textwrap.dedent(
 def test_pipelined_key_loop_equals_plain_loop_under_triton_interpreter():
     """The software-pipelined key loop (PIPE) against the plain one, 3 whole tiles + a ragged tail: the same
     tiles in the same order, so equal outputs (a skipped, repeated or misplaced tile changes them)."""
-    import json
-
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _PIPE_INTERP_SCRIPT.format(tests=str(REPO / "tests"))],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(_PIPE_INTERP_SCRIPT.format(tests=str(REPO / "tests")))
     assert all(res.values()), res
 
 
@@ -432,11 +430,7 @@ _TMA_INTERP_SCRIPT = textwrap.dedent(
 def test_tma_loads_equal_pointer_loads_under_triton_interpreter():
     """sage2's K / Vᵀ tiles through TMA tensor descriptors against pointer loads: several heads and batches
     (a wrong head offset reads another head's keys), ragged tails, with and without PIPE: equal outputs."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _TMA_INTERP_SCRIPT.format(tests=str(REPO / "tests"))],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(_TMA_INTERP_SCRIPT.format(tests=str(REPO / "tests")))
     assert all(res.values()), res
 
 
@@ -458,13 +452,7 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
 def test_sage_prepass_bit_exact_under_triton_interpreter_on_cpu():
     """The sage2 pre-pass through TRITON_INTERPRET=1: codes and scales equal formats.intq / formats.fp8
     bit for bit, bf16-valued data (exact E4M3 ties in V) included."""
-    import json
-
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _SAGE_INTERP_SCRIPT.format(tests=str(REPO / "tests"))],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(_SAGE_INTERP_SCRIPT.format(tests=str(REPO / "tests")))
     for dt, bad in res.items():
         assert not any(bad.values()), (dt, bad)
 
@@ -633,8 +621,6 @@ def test_int4_kernels_under_triton_interpreter_on_cpu():
     """The INT4 variant through TRITON_INTERPRET=1 on tiny shapes: all four recipes, random and outlier-laden
     inputs, both layouts, ragged tiles (N not a multiple of 128), q_len != kv_len, a non-default RoPE split
     for the half rotation; and the pre-pass codes against formats.intq on the reference's operands."""
-    import json
-
     cases = [("rotateattention-half", "BHND", (1, 2, 40, 150, 64), True, None, "table"),
              ("rotateattention-half", "BNHD", (1, 1, 150, 260, 128), False, None, "table"),
              ("rotateattention-half", "BHND", (1, 1, 30, 140, 128), True, (64, 32, 32), "table"),
@@ -645,12 +631,8 @@ def test_int4_kernels_under_triton_interpreter_on_cpu():
              ("rotateattention-full", "BNHD", (2, 1, 60, 100, 64), False, None, "fused"),
              ("int4-baseline", "BNHD", (1, 2, 50, 140, 64), True, None, "table"),
              ("int4-baseline", "BHND", (1, 1, 200, 300, 128), False, None, "table")]
-    env = dict(os.environ, TRITON_INTERPRET="1")
     script = _INT4_INTERP_SCRIPT.format(tests=str(REPO / "tests"), cases=cases, recipes=INT4_RECIPES)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(script, timeout=900)
     assert len(res["attn"]) == len(cases)
     for name, (diff, err) in res["attn"].items():
         assert diff <= RATIO * err, (name, diff, err)  # fp32 outputs: no output-dtype rounding to add
@@ -734,13 +716,7 @@ _NVFP4_PRE_SCRIPT = textwrap.dedent(
 def test_nvfp4_triton_prepass_bit_exact_under_triton_interpreter_on_cpu():
     """nvfp4's Triton pre-pass (no smoothing: exact midpoint rounding, kernels/_rounding.py) through
     TRITON_INTERPRET=1: Q̂, K̂, V̂ equal formats.nvfp4 bit for bit for bf16, fp16 and fp32 inputs."""
-    import json
-
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _NVFP4_PRE_SCRIPT.format(tests=str(REPO / "tests"))],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(_NVFP4_PRE_SCRIPT.format(tests=str(REPO / "tests")))
     assert set(res) == {"bfloat16", "float16", "float32"}
     for dt, r in res.items():
         assert all(val == 0.0 for val in r.values()), (dt, r)
@@ -819,8 +795,6 @@ def test_nvfp4_kernels_under_triton_interpreter_on_cpu():
     """The NVFP4 variant through TRITON_INTERPRET=1 on tiny shapes: both recipes (sage-nvfp4: Q/K smoothing with
     ΔS, two-level P̃ scaling), random and outlier-laden inputs, both layouts, ragged N (key tiles and P̃'s
     16-blocks), q_len != kv_len, head_dim 64 and 128, a PNQ placement each, fp32 and bf16 inputs."""
-    import json
-
     cases = [("nvfp4", "direct", "BHND", (1, 2, 40, 150, 64), True, "float32"),
              ("nvfp4", "direct", "BNHD", (1, 1, 150, 260, 128), False, "float32"),
              ("nvfp4", "direct", "BNHD", (2, 1, 70, 33, 64), True, "float32"),
@@ -832,12 +806,8 @@ def test_nvfp4_kernels_under_triton_interpreter_on_cpu():
              ("sage-nvfp4", "direct", "BHND", (1, 1, 60, 140, 128), True, "float32"),
              ("sage-nvfp4", "pnq", "BNHD", (1, 2, 129, 200, 64), False, "float32"),
              ("sage-nvfp4", "direct", "BNHD", (1, 1, 150, 260, 64), False, "bfloat16")]
-    env = dict(os.environ, TRITON_INTERPRET="1")
     script = _NVFP4_INTERP_SCRIPT.format(tests=str(REPO / "tests"), cases=cases)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(script, timeout=900)
     assert len(res) == len(cases)
     for name, (diff, err, floor) in res.items():
         assert diff <= RATIO * err + floor, (name, diff, err, floor)

@@ -19,10 +19,6 @@ wrong) in a subprocess; GPU tests (bf16 and fp16, larger shapes) skip on CPU wit
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -33,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 FLOOR = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}  # 2u of the dtype (module docstring)
 RATIO = 0.05
 
-from test_kernels_attention import HAS_TRITON, interpreter_kernels, needs_cuda  # noqa: E402  (shared markers)
+from test_kernels_attention import HAS_TRITON, interpreter_kernels, needs_cuda, run_interpreted  # noqa: E402  (shared)
 
 
 def rel_l2(a, b) -> float:
@@ -185,11 +181,7 @@ _SCRIPT = textwrap.dedent(
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
 @interpreter_kernels
 def test_draft_kernel_under_triton_interpreter_on_cpu():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT.format(tests=str(REPO / "tests"))], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = run_interpreted(_SCRIPT.format(tests=str(REPO / "tests")), timeout=900)
     for key in ("prepass", "prepass_bf16", "prepass_ties8", "prepass_ties4"):
         assert all(n == 0 for n in res[key].values()), (key, res[key])
     assert_phases(res["phases"], torch.float16)
