@@ -10,7 +10,8 @@ Numerics (why the fast path is exact):
 - E2M1 rounding is one fp32 add-and-subtract of a power of two C = 2^(max(E, k) + 22), E = floor(log2 a),
   k = the block exponent: ulp(C) is the E2M1 grid step at a, so the single RNE of a + C is the
   round-half-even onto the grid (C's significand is even, so ties go to the even E2M1 mantissa);
-  saturation at 6·2^k is one min. Three integer ops, two adds, one min per element.
+  saturation at 6·2^k is one min. Two integer ops, two FMAs (C = 2^max(E, k) · 2^22, exact), one min
+  per element.
 - E2M1·2^k is exact in E4M3 for k in [-8, 6]. P̃ ≤ 1 gets block exponents ≤ −2 under all three rules,
   so P̃ is produced directly as P̃·2^8 (the 8 folded into the exp2 argument) and blocks with
   exponent ≥ −16 land exactly in E4M3; blocks below (weights < 6·2^−17 each) are counted, and
@@ -49,14 +50,19 @@ def mx_exponent(amax, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr)
 
 
 @triton.jit
+def e2m1_round_bits(a, kbits, sat):
+    """e2m1_round with the block constants precomputed (the in-kernel P̃ path broadcasts them per 32 keys):
+    kbits = the fp32 bits of 2^k, sat = 6·2^k. C = c0·2^22 with c0 = 2^max(E, k); a + C and then − C run
+    as two FMAs (c0·2^22 is exact, so each is the same single rounding as the add; it saves an integer add)."""
+    c0 = tl.maximum(a.to(tl.int32, bitcast=True) & 0x7F800000, kbits).to(tl.float32, bitcast=True)
+    return tl.minimum(tl.fma(c0, -4194304.0, tl.fma(c0, 4194304.0, a)), sat)
+
+
+@triton.jit
 def e2m1_round(a, k):
     """RNE of a >= 0 onto the grid E2M1·2^k (k int32, broadcastable), saturating at 6·2^k."""
-    abits = a.to(tl.int32, bitcast=True) & 0x7F800000
-    cbits = tl.maximum(abits, (k + 127) << 23) + (22 << 23)
-    c = cbits.to(tl.float32, bitcast=True)
-    r = (a + c) - c
     sat = (((k + 129) << 23) | 0x400000).to(tl.float32, bitcast=True)  # 1.5·2^(k+2) = 6·2^k
-    return tl.minimum(r, sat)
+    return e2m1_round_bits(a, (k + 127) << 23, sat)
 
 
 @triton.jit
@@ -152,15 +158,14 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         # FMA residual can land a hair below 2^P_SHIFT and flip floor(log2) (the OCP rule), so pin it.
         ymax = tl.where(bmax * c_row[:, None] >= m_use[:, None], 2.0 ** P_SHIFT, ymax)
         kb = mx_exponent(ymax, RULE, FLQ, QMAX)  # block exponent in the y domain (= e_b + P_SHIFT)
-        n_bad += tl.sum(tl.sum(((kb < -8) & (ymax > 0)).to(tl.int32), axis=1), axis=0)
-        # per-block constants first (1/32 of the work), then broadcast: 2^k bits and the 6·2^k bound
+        # per row, not to a scalar: a scalar sum would cost a cross-warp reduction (a barrier) every tile
+        n_bad += tl.sum(((kb < -8) & (ymax > 0)).to(tl.int32), axis=1)
+        # per-block constants first (1/32 of the work), then broadcast: the bits of 2^k and the 6·2^k bound
         kbits = (kb + 127) << 23
         satb = (((kb + 129) << 23) | 0x400000).to(tl.float32, bitcast=True)
         kbits = tl.reshape(tl.broadcast_to(kbits[:, :, None], (BLOCK_M, BLOCK_N // 32, 32)), (BLOCK_M, BLOCK_N))
         satb = tl.reshape(tl.broadcast_to(satb[:, :, None], (BLOCK_M, BLOCK_N // 32, 32)), (BLOCK_M, BLOCK_N))
-        ybits = y.to(tl.int32, bitcast=True) & 0x7F800000
-        cc = (tl.maximum(ybits, kbits) + (22 << 23)).to(tl.float32, bitcast=True)
-        p = tl.minimum((y + cc) - cc, satb)  # = e2m1_round(y, kb): RNE onto E2M1·2^kb, saturated
+        p = e2m1_round_bits(y, kbits, satb)  # = e2m1_round(y, kb): RNE onto E2M1·2^kb, saturated
         if PNQ:
             l_i = l_i * alpha + tl.sum(p, axis=1)
         else:
@@ -414,7 +419,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
-    n_bad = tl.zeros((), tl.int32)
+    n_bad = tl.zeros((BLOCK_M,), tl.int32)  # MODE 1: P̃ blocks E4M3 cannot hold exactly, per row
 
     if HAS_KPM:
         n_full = 0
@@ -445,7 +450,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
     o_ptrs = O + b * so_b + h * so_h + offs_m[:, None] * so_n + offs_d[None, :] * so_d
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < N_Q)[:, None])
     if MODE == 1:
-        tl.atomic_add(BAD, n_bad)
+        tl.atomic_add(BAD, tl.sum(n_bad, axis=0))
 
 
 @triton.jit

@@ -811,3 +811,48 @@ def test_nvfp4_kernels_under_triton_interpreter_on_cpu():
     assert len(res) == len(cases)
     for name, (diff, err, floor) in res.items():
         assert diff <= RATIO * err + floor, (name, diff, err, floor)
+
+
+_E2M1_ROUND_SCRIPT = textwrap.dedent(
+    """
+    import json, torch, triton, triton.language as tl
+    from lowbit_video.formats.e2m1 import round_to_e2m1
+    from lowbit_video.kernels._core import e2m1_round
+
+    @triton.jit
+    def _round(X, K, Y, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(Y + offs, e2m1_round(tl.load(X + offs), tl.load(K + offs)))
+
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+    mids = (grid[1:] + grid[:-1]) / 2  # every tie of the grid
+    base = torch.cat([grid, mids, torch.tensor([6.5, 7.0, 7.25, 7.999, 0.125, 0.2499, 0.2501])])
+    g = torch.Generator().manual_seed(0)
+    xs, ks = [], []
+    for k in (-40, -17, -9, -2, 0, 5):
+        s = 2.0 ** k
+        v = (base * s).float()
+        # the fp32 neighbours of every grid point and tie, and random values over [0, 8)·2^k
+        v = torch.cat([v, torch.nextafter(v, torch.full_like(v, 1e30)), torch.nextafter(v, torch.zeros_like(v)),
+                       (torch.rand(200, generator=g, dtype=torch.float64) * 8 * s).float()])
+        xs.append(v)
+        ks.append(torch.full_like(v, k, dtype=torch.int32))
+    x, k = torch.cat(xs), torch.cat(ks)
+    n = triton.next_power_of_2(x.numel())
+    x = torch.cat([x, torch.zeros(n - x.numel())])
+    k = torch.cat([k, torch.zeros(n - k.numel(), dtype=torch.int32)])
+    y = torch.empty_like(x)
+    _round[(1,)](x, k, y, N=n)
+    ref = (round_to_e2m1(x.double() / 2.0 ** k.double()) * 2.0 ** k.double()).float()
+    print(json.dumps({"n": x.numel(), "mismatch": int((y != ref).sum()), "ties": int(mids.numel())}))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
+def test_kernel_e2m1_rounding_is_bit_exact_under_triton_interpreter():
+    """The kernels' E2M1 rounding (the two-FMA form the in-kernel P̃ path uses) against formats.e2m1, bit for
+    bit: every grid point and tie at six block exponents, their fp32 neighbours, saturation above 6·2^k."""
+    res = run_interpreted(_E2M1_ROUND_SCRIPT)
+    assert res["n"] > 1000 and res["mismatch"] == 0, res
