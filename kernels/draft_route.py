@@ -4,7 +4,8 @@
   descending ranking per head, quotas handed out 16 → 8 → 4 → skip) exactly: after one sort per head, a
   pair's code follows from comparing its score with the score at each quota boundary; when a tie straddles
   a boundary the engine's own `allocate` runs (tests/test_kernels_draft.py checks equality with many ties).
-  On the H200 at wan-720p: 15.8 ms per route instead of 19 (engine) or 53 (kthvalue selections, tried).
+  On the H200 at wan-720p: 15.8 ms per route instead of 19 (engine) or 53 (kthvalue selections, tried);
+  the ranking by topk instead of a full sort saves another 7 ms (measured: 3.4 vs 10.7 ms).
 - `plan_from_codes(codes)`: per (b·h, query region) the retained key blocks grouped by phase (NVFP4,
   INT8/FP8, 16-bit; each in column order) and their counts — one Triton program per row (a cumsum per
   phase), the lists `draft_fwd` walks.
@@ -22,8 +23,8 @@ PHASE_CODES = (4, 8, 16)  # the kernel's phase order (anemoi's): NVFP4, INT8/FP8
 
 
 def allocate_by_boundaries(scores: torch.Tensor, quotas) -> torch.Tensor:
-    """Precision codes (..., R, R) int8, equal to draft_alloc.allocate(scores, quotas): one descending sort
-    per head gives the score at each quota boundary, and a pair's code follows from comparing its score
+    """Precision codes (..., R, R) int8, equal to draft_alloc.allocate(scores, quotas): one descending ranking
+    (topk) per head gives the score at each quota boundary, and a pair's code follows from comparing its score
     with them. That is exact unless a value is tied across a boundary (the stable order then splits equal
     scores); only then, for the whole call, the engine's own `allocate` runs instead (its scatter of the
     sorted order is what this saves)."""
@@ -40,7 +41,9 @@ def allocate_by_boundaries(scores: torch.Tensor, quotas) -> torch.Tensor:
     if not bounds:
         first = next((c for c in (16, 8, 4) if quotas.get(c, 0)), 0)
         return codes.fill_(first).view(scores.shape)
-    srt = torch.sort(flat, dim=-1, descending=True).values
+    # only the ranking down to the last boundary is needed: topk (a radix select, then a sort of the k values)
+    # instead of a sort of all R² scores: 3.4 ms instead of 10.7 at wan-720p on the H200 (same values)
+    srt = torch.topk(flat, max(t for _, t in bounds) + 1, dim=-1, largest=True, sorted=True).values
     last = torch.stack([srt[..., t - 1] for _, t in bounds], dim=-1)  # lowest score taken at each boundary
     nxt = torch.stack([srt[..., t] for _, t in bounds], dim=-1)  # highest score left out
     if bool((last == nxt).any()):
