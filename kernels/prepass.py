@@ -71,46 +71,55 @@ def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles
 
 
 @triton.jit
-def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
-                    D: tl.constexpr, CB: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
-                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr):
-    """V: one program per CB channels of one (batch, head); 32-blocks along tokens; one fold exponent
-    per channel over the whole sequence. OUT is V transposed, (B·H, D, N_PAD), zero-padded."""
-    pid_c = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
+                  RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
+    """One TB-token tile of V (all D channels, read along D: coalesced), as (TB/32, 32, D) fp32 blocks of 32
+    tokens per channel, and each block's MXFP4 exponent k (TB/32, D) and maximum |x|."""
     b = pid_bh // H
     h = pid_bh % H
-    chans = pid_c * CB + tl.arange(0, CB)
-    base = X + b * sx_b + h * sx_h + chans[:, None] * sx_d
-    kmax = tl.full((CB,), -1000, tl.int32)
+    toks = pid_t * TB + tl.arange(0, TB)
+    chans = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + toks[:, None] * sx_n + chans[None, :] * sx_d,
+                mask=(toks < N)[:, None], other=0.0).to(tl.float32)
+    xb = tl.reshape(x, (TB // 32, 32, D))
+    amax = tl.max(tl.abs(xb), axis=1)
+    return xb, mx_exponent(amax, RULE, FLQ, QMAX), amax
+
+
+@triton.jit
+def _mx_cols_kmax_kernel(X, KMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, D: tl.constexpr, TB: tl.constexpr,
+                         RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
+    """V, first pass: per (token tile, batch·head) the largest block exponent of each channel over the tile
+    (-1000 where every block is zero), KMAX (B·H, n_tiles, D) int32."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    _, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX)
+    kmax = tl.max(tl.where(amax > 0, k, -1000), axis=0)
+    tl.store(KMAX + (pid_bh * n_tiles + pid_t) * D + tl.arange(0, D), kmax)
+
+
+@triton.jit
+def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
+                    D: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
+                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr):
+    """V, second pass: one program per (TB-token tile, batch·head); 32-blocks along tokens; REXP (B·H, D)
+    the fold exponent of each channel over the whole sequence (the first pass's maximum − 6; 0 for bf16).
+    OUT is V transposed, (B·H, D, N_PAD), zero-padded."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX)
+    chans = tl.arange(0, D)
+    r = tl.load(REXP + pid_bh * D + chans)
+    rel = k - r[None, :]
     if OUT_FP8:
-        for t0 in range(0, N, TB):
-            toks = t0 + tl.arange(0, TB)
-            x = tl.load(base + toks[None, :] * sx_n, mask=(toks < N)[None, :], other=0.0).to(tl.float32)
-            amax = tl.max(tl.abs(tl.reshape(x, (CB, TB // 32, 32))), axis=2)
-            k = mx_exponent(amax, RULE, FLQ, QMAX)
-            kmax = tl.maximum(kmax, tl.max(tl.where(amax > 0, k, -1000), axis=1))
-        r = tl.where(kmax == -1000, 0, kmax - 6)
-    else:
-        r = tl.zeros((CB,), tl.int32)
-    tl.store(REXP + pid_bh * D + chans, r)
-    bad = tl.zeros((), tl.int32)
-    for t0 in range(0, N_PAD, TB):
-        toks = t0 + tl.arange(0, TB)
-        x = tl.load(base + toks[None, :] * sx_n, mask=(toks < N)[None, :], other=0.0).to(tl.float32)
-        xb = tl.reshape(x, (CB, TB // 32, 32))
-        amax = tl.max(tl.abs(xb), axis=2)
-        k = mx_exponent(amax, RULE, FLQ, QMAX)
-        rel = k - r[:, None]
-        if OUT_FP8:
-            bad += tl.sum(tl.sum(((amax > 0) & (rel < -8)).to(tl.int32), axis=1), axis=0)
-        xs = xb * _pow2(-k)[:, :, None]
-        q = e2m1_round(tl.abs(xs), tl.zeros_like(k)[:, :, None])
-        y = tl.where(xs < 0, -q, q) * _pow2(tl.maximum(rel, -126))[:, :, None]
-        y = tl.reshape(y, (CB, TB))
-        tl.store(OUT + pid_bh * (D * N_PAD) + chans[:, None] * N_PAD + toks[None, :], y.to(OUT.dtype.element_ty))
-    if OUT_FP8:
+        bad = tl.sum(tl.sum(((amax > 0) & (rel < -8)).to(tl.int32), axis=1), axis=0)
         tl.atomic_add(BAD, bad)
+    xs = xb * _pow2(-k)[:, None, :]
+    q = e2m1_round(tl.abs(xs), tl.zeros_like(k)[:, None, :])
+    y = tl.where(xs < 0, -q, q) * _pow2(tl.maximum(rel, -126))[:, None, :]
+    y = tl.reshape(y, (TB, D))
+    toks = pid_t * TB + tl.arange(0, TB)
+    tl.store(OUT + pid_bh * (D * N_PAD) + chans[None, :] * N_PAD + toks[:, None], y.to(OUT.dtype.element_ty))
 
 
 def _bhnd_strides(t: torch.Tensor, layout: str) -> tuple[int, int, int, int]:
@@ -151,16 +160,27 @@ def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False)
 
 
 def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count)."""
+    """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count).
+    Two passes over (token tile, batch·head) programs: the channels' largest block exponents per tile, then
+    (after their maximum over the tiles) the quantization (one program per channel group looping over the
+    sequence, as before, left the H200 with 160 programs at Wan shapes)."""
     B, H, N, D = _dims(v, layout)
-    n_pad = triton.cdiv(N, TILE) * TILE
+    n_tiles = triton.cdiv(N, TILE)
+    n_pad = n_tiles * TILE
     out = torch.empty((B * H, D, n_pad), device=v.device, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
-    rexp = torch.empty((B * H, D), device=v.device, dtype=torch.int32)
     bad = torch.zeros((1,), device=v.device, dtype=torch.int32)
     rule, flq, q = rule_params(op)
-    cb = 32
-    _mx_cols_kernel[(D // cb, B * H)](v, out, rexp, bad, *_bhnd_strides(v, layout), H, N, n_pad,
-                                      D=D, CB=cb, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8, num_warps=4)
+    strides = _bhnd_strides(v, layout)
+    if fp8:
+        kmax = torch.empty((B * H, n_tiles, D), device=v.device, dtype=torch.int32)
+        _mx_cols_kmax_kernel[(n_tiles, B * H)](v, kmax, *strides, H, N, n_tiles, D=D, TB=TILE, RULE=rule, FLQ=flq,
+                                               QMAX=q, num_warps=8)
+        kmax = kmax.amax(dim=1)
+        rexp = torch.where(kmax == -1000, 0, kmax - 6).to(torch.int32).contiguous()
+    else:
+        rexp = torch.zeros((B * H, D), device=v.device, dtype=torch.int32)
+    _mx_cols_kernel[(n_tiles, B * H)](v, out, rexp, bad, *strides, H, N, n_pad,
+                                      D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8, num_warps=8)
     return out, rexp, bad
 
 

@@ -856,3 +856,48 @@ def test_kernel_e2m1_rounding_is_bit_exact_under_triton_interpreter():
     bit: every grid point and tie at six block exponents, their fp32 neighbours, saturation above 6·2^k."""
     res = run_interpreted(_E2M1_ROUND_SCRIPT)
     assert res["n"] > 1000 and res["mismatch"] == 0, res
+
+
+_MX_PREPASS_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    from test_kernels_attention import make_qkv
+    from lowbit_video.formats import mxfp4
+    from lowbit_video.kernels import prepass
+    from lowbit_video.recipes import load_recipe
+
+    res = {{}}
+    for recipe in ("mxfp4-tfs", "mxattention", "mxfp4-ocp"):
+        spec = load_recipe(recipe).attention
+        kw = dict(rule=spec.q.rule, q=spec.q.qmax) if spec.q.rule == "uos" else dict(rule=spec.q.rule)
+        q, k, v = make_qkv(1, 2, 200, 200, 64, outliers=True)
+        v[0, 1, :, 5] = 0.0  # an all-zero channel: its fold exponent is 0
+        v[0, 0, 130:, 7] *= 2.0 ** -20  # a channel whose tail blocks sit far below its maximum
+        qq, rq, _ = prepass.mx_rows(q, "BHND", spec.q, fp8=True)
+        scale = torch.exp2(rq.float()).repeat_interleave(128, dim=1)[:, :200, None]
+        got_q = (qq[:, :200].float() * scale).reshape(1, 2, 200, 64)
+        want_q = mxfp4.fake_quantize(q.double(), axis=-1, **kw).float()
+        vv, rv, bad = prepass.mx_cols(v, "BHND", spec.v, fp8=True)
+        got_v = (vv[:, :, :200].float() * torch.exp2(rv.float())[:, :, None]).transpose(1, 2).reshape(1, 2, 200, 64)
+        want_v = mxfp4.fake_quantize(v.double(), axis=-2, **kw).float()
+        exact_v = ~(got_v != want_v).any(dim=-2)  # channels equal bit for bit
+        res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()),
+                           v_mismatch_channels=int((~exact_v).sum()), pad_zero=bool((vv[:, :, 200:] == 0).all()),
+                           zero_channel_exp=int(rv[1, 5]))
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
+def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
+    """The MXFP4 pre-pass (Q/K rows; V in two passes over token tiles) against formats.mxfp4 bit for bit, under
+    the CPU interpreter: three scale rules, a ragged last tile, an all-zero V channel, and one channel whose
+    tail blocks lie 2^-20 below its maximum (the only blocks E4M3 cannot fold: counted, and the only
+    mismatching channel)."""
+    res = run_interpreted(_MX_PREPASS_SCRIPT.format(tests=str(REPO / "tests")))
+    for recipe, r in res.items():
+        assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0, (recipe, r)
+        assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
