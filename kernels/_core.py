@@ -35,16 +35,22 @@ def _pow2(k):
 
 
 @triton.jit
-def mx_exponent(amax, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
+def mx_exponent(amax, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr, P_PATH: tl.constexpr = False):
     """Shared exponent k (int32) of blocks with maxima `amax` (fp32, >= 0) under RULE (0 ocp, 1 tfs,
-    2 uos with boundary QMAX, FLQ = floor(log2 QMAX)). All-zero blocks get 0; clamped to [-100, 100]."""
+    2 uos with boundary QMAX, FLQ = floor(log2 QMAX)). All-zero blocks get 0; clamped to [-100, 100].
+    floor(log2 amax) is amax's exponent field; the ceil rules' test amax > QMAX·2^(fl − FLQ) compares the
+    significands 1.m(amax) > 1.m(QMAX) (equal exponents once aligned), one integer compare of the mantissa
+    fields (exact; subnormal maxima land below −100 either way). P_PATH (the in-kernel P̃ blocks, whose maxima
+    are at most 2^9): no upper clamp, and all-zero blocks get −100 instead of 0 (their elements are 0 on any grid)."""
     bits = amax.to(tl.int32, bitcast=True)
-    fl = ((bits >> 23) & 0xFF) - 127
+    fl = bits >> 23  # biased exponent: amax >= 0 has no sign bit
     if RULE == 0:
-        k = fl - 2
+        k = fl - (127 + 2)
     else:
-        d = tl.maximum(fl - FLQ, -126)
-        k = d + (amax > QMAX * _pow2(d)).to(tl.int32)
+        q_mant = tl.full((), QMAX, tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFF  # a compile-time constant
+        k = fl - (127 + FLQ) + ((bits & 0x7FFFFF) > q_mant).to(tl.int32)
+    if P_PATH:
+        return tl.maximum(k, -100)
     k = tl.where(amax > 0, k, 0)
     return tl.minimum(tl.maximum(k, -100), 100)
 
@@ -157,7 +163,7 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         # The block holding the row maximum has P̃ = 1 exactly in the reference; fp32 exp2 of an
         # FMA residual can land a hair below 2^P_SHIFT and flip floor(log2) (the OCP rule), so pin it.
         ymax = tl.where(bmax * c_row[:, None] >= m_use[:, None], 2.0 ** P_SHIFT, ymax)
-        kb = mx_exponent(ymax, RULE, FLQ, QMAX)  # block exponent in the y domain (= e_b + P_SHIFT)
+        kb = mx_exponent(ymax, RULE, FLQ, QMAX, True)  # block exponent in the y domain (= e_b + P_SHIFT)
         # per row, not to a scalar: a scalar sum would cost a cross-warp reduction (a barrier) every tile
         n_bad += tl.sum(((kb < -8) & (ymax > 0)).to(tl.int32), axis=1)
         # per-block constants first (1/32 of the work), then broadcast: the bits of 2^k and the 6·2^k bound

@@ -901,3 +901,51 @@ def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
     for recipe, r in res.items():
         assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0, (recipe, r)
         assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
+
+
+_MX_EXPONENT_SCRIPT = textwrap.dedent(
+    """
+    import json, torch, triton, triton.language as tl
+    from lowbit_video.formats.mxfp4 import shared_exponent
+    from lowbit_video.kernels._core import mx_exponent
+    from lowbit_video.kernels.prepass import rule_params
+    from lowbit_video.recipes import OperandQuant
+
+    @triton.jit
+    def _exp(X, K, KP, N: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
+        offs = tl.arange(0, N)
+        a = tl.load(X + offs)
+        tl.store(K + offs, mx_exponent(a, RULE, FLQ, QMAX))
+        tl.store(KP + offs, mx_exponent(a, RULE, FLQ, QMAX, True))
+
+    g = torch.Generator().manual_seed(0)
+    res = {}
+    for rule, q in (("uos", 7.25), ("uos", 6.7), ("uos", 4.0), ("tfs", 6.0), ("ocp", 6.0)):
+        r, flq, qq = rule_params(OperandQuant(format="mxfp4", granularity="block", rule=rule, qmax=q))
+        qf = torch.tensor(qq, dtype=torch.float32)
+        edges = torch.cat([qf * 2.0 ** torch.arange(-60, 9, dtype=torch.float32),
+                           2.0 ** torch.arange(-60, 9, dtype=torch.float32)])  # every boundary and power of two
+        x = torch.cat([edges, torch.nextafter(edges, torch.zeros_like(edges)),
+                       torch.nextafter(edges, torch.full_like(edges, 1e30)),
+                       torch.exp2(torch.rand(600, generator=g) * 70 - 62), torch.zeros(1)])
+        n = triton.next_power_of_2(x.numel())
+        x = torch.cat([x, torch.ones(n - x.numel())])
+        k, kp = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
+        _exp[(1,)](x, k, kp, N=n, RULE=r, FLQ=flq, QMAX=qq)
+        want = shared_exponent(x.double(), rule=rule, q=q).clamp(-100, 100)
+        want_p = torch.where(x > 0, want, -100)
+        res[f"{rule}/{q}"] = dict(n=n, generic=int((k != want).sum()), p_path=int((kp != want_p).sum()))
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
+def test_kernel_mx_exponent_is_exact_under_triton_interpreter():
+    """The kernels' MX shared exponent (significand compare for the ceil rules) against formats.mxfp4 at every
+    boundary q·2^e, every power of two and their fp32 neighbours, for five rule/q settings; the in-kernel P̃
+    variant agrees except for all-zero blocks (−100)."""
+    res = run_interpreted(_MX_EXPONENT_SCRIPT)
+    for name, r in res.items():
+        assert r["generic"] == 0 and r["p_path"] == 0, (name, r)
