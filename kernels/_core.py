@@ -177,20 +177,21 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 3:
-        # the tile's row maximum of P̃ (= exp2 of the logit maximum: the same fp32 value as max(y))
-        ymax = tl.exp2(tl.max(qk, axis=1) - mb)
+        # codes = RNE(P̃ / s) with s = the tile's row maximum of P̃ / PLEV, i.e. RNE(PLEV·2^(qk − rowmax qk)):
+        # straight from the logits (m cancels), one exp2 per element, the row maximum's code exactly PLEV.
+        # The RNE is the magic add t + 1.5·2^23, whose low bits are the integer code (t <= PLEV, no clamp).
+        rmax = tl.max(qk, axis=1)
+        ymax = tl.exp2(rmax - mb)
         sp = ymax / PLEV
-        # a tile whose P̃ maximum is below 2^-100 (weights < 2^-100 of the row maximum) gets codes 0:
-        # PLEV / ymax would overflow to inf (0·inf = NaN codes) for subnormal maxima
-        inv = PLEV / tl.maximum(ymax, 7.888609052210118e-31)
-        inv = tl.where(ymax > 7.888609052210118e-31, inv, 0.0)
-        t = y * inv[:, None]
-        codes = tl.minimum((t + 12582912.0) - 12582912.0, PLEV * 1.0)  # RNE (1.5·2^23), <= PLEV
-        p = codes.to(tl.int8)
+        if MASKED:
+            rmax = tl.where(rmax == float("-inf"), 0.0, rmax)  # rows with no key in this tile: codes 0
+        t = tl.exp2(qk - rmax[:, None]) * PLEV  # the row maximum's t is PLEV exactly
+        tm = t + 12582912.0
+        p = tm.to(tl.int32, bitcast=True).to(tl.int8)  # the low byte of 1.5·2^23 + code is the code
         if PNQ:
-            l_i = l_i * alpha + tl.sum(codes, axis=1) * sp
+            l_i = l_i * alpha + tl.sum(tm - 12582912.0, axis=1) * sp
         else:
-            l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
+            l_i = l_i * alpha + tl.sum(t, axis=1) * sp * lsc  # Σ P̃ = s · Σ t
     elif MODE == 4:
         # NVFP4 P̃: blocks of 16 keys per row, as formats/nvfp4.quantize (s_b from the block maximum)
         yb = tl.reshape(y, (BLOCK_M, BLOCK_N // 16, 16))
