@@ -357,6 +357,74 @@ def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N
     tl.store(SC + pid_bh * n_pad + rows, s)
 
 
+@triton.jit
+def _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
+                 ROT: tl.constexpr, X_F32: tl.constexpr):
+    """One TB-token tile of V (all D channels), fp32, rotated by HM (±1 Sylvester, · rot_scale) if ROT: an MMA
+    in V's own 16-bit dtype (exact products, fp32 accumulation) or IEEE fp32 for fp32 V; padding rows 0."""
+    b = pid_bh // H
+    h = pid_bh % H
+    toks = pid_t * TB + tl.arange(0, TB)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + toks[:, None] * sx_n + cols[None, :] * sx_d, mask=(toks < N)[:, None],
+                other=0.0)
+    if ROT:
+        hm = tl.load(HM + cols[:, None] * D + cols[None, :])
+        if X_F32:
+            x = tl.dot(x.to(tl.float32), hm, input_precision="ieee") * rot_scale
+        else:
+            x = tl.dot(x, hm.to(x.dtype)) * rot_scale
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _int4_v_amax_kernel(X, HM, AMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, rot_scale, D: tl.constexpr,
+                        TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr):
+    """V, first pass: each channel's max |x| over one token tile, AMAX (B·H, n_tiles, D) fp32."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    x = _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D, TB, ROT, X_F32)
+    tl.store(AMAX + (pid_bh * n_tiles + pid_t) * D + tl.arange(0, D), tl.max(tl.abs(x), axis=0))
+
+
+@triton.jit
+def _int4_v_codes_kernel(X, HM, SV, VT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale, D: tl.constexpr,
+                         TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr):
+    """V, second pass: codes RNE(x / s_c) in fp64 (as the torch path: fp32 x, fp32 scale, float64 quotient),
+    clamped to ±7, stored transposed into VT (B·H, D, n_pad) int8 (padding tokens: code 0)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    x = _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D, TB, ROT, X_F32)
+    cols = tl.arange(0, D)
+    sv = tl.load(SV + pid_bh * D + cols).to(tl.float64)
+    t = x.to(tl.float64) / sv[None, :]
+    t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer in fp64 (1.5·2^52)
+    c = tl.minimum(tl.maximum(t, -7.0), 7.0).to(tl.int8)
+    toks = pid_t * TB + tl.arange(0, TB)
+    tl.store(VT + pid_bh * (D * n_pad) + cols[None, :] * n_pad + toks[:, None], c)
+
+
+def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k):
+    """Vᵀ INT4 codes (B·H, D, pad_k) int8 and per-channel fp32 scales (B·H, D): two passes over (token tile,
+    b·h) programs (the channels' maxima per tile, then the codes), equal to the torch formulation (V·H in
+    fp32, scale = fp32(amax / 7) from float64, codes RNE in float64) up to the rotation's fp32 summation order."""
+    dev = v.device
+    n_tiles = pad_k // TILE
+    x32 = v.dtype not in _HALF
+    x = v if v.dtype in _HALF or v.dtype == torch.float32 else v.float()
+    hm = _sylvester_pm1(D, torch.float32, dev)
+    strides = _bhnd_strides(x, layout)
+    amax = torch.empty((B * H, n_tiles, D), device=dev, dtype=torch.float32)
+    _int4_v_amax_kernel[(n_tiles, B * H)](x, hm, amax, *strides, H, Nk, n_tiles, 1.0 / math.sqrt(D), D=D, TB=TILE,
+                                          ROT=rotate, X_F32=x32, num_warps=8)
+    sv = (amax.amax(dim=1).to(torch.float64) / 7.0).to(torch.float32)
+    sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
+    vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.int8)
+    _int4_v_codes_kernel[(n_tiles, B * H)](x, hm, sv, vt, *strides, H, Nk, pad_k, 1.0 / math.sqrt(D), D=D, TB=TILE,
+                                           ROT=rotate, X_F32=x32, num_warps=8)
+    return vt, sv
+
+
 _ROT = {}
 
 
@@ -416,26 +484,35 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     _int4_rows_kernel[(pad_k // rows, B * H)](k, rm, kmean, kc, ks, qm, kf, *_bhnd_strides(k, layout), H, Nk, pad_k,
                                               rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=bool(spec.smooth_k),
                                               GROUP_MEAN=False, WRITE_F=smq, X_F32=k.dtype not in _HALF, num_warps=warps)
-    # V (torch): V·H in fp32, per-channel scale amax/7 rounded once to fp32 (from fp64, as formats.intq),
-    # codes RNE(v / scale) in fp64, ±7, transposed and zero-padded
-    vb = v.transpose(1, 2) if layout == "BNHD" else v
-    vb = vb.to(torch.float32)
-    if spec.rotate_v:
-        with _ieee_fp32_matmul():
-            vb = vb @ _sylvester_pm1(D, torch.float32, dev) * (1.0 / math.sqrt(D))
-    sv = (vb.abs().amax(dim=2).to(torch.float64) / 7.0).to(torch.float32)
-    sv = torch.where(sv > 0, sv, torch.ones_like(sv))
-    codes = torch.round(vb.to(torch.float64) / sv.to(torch.float64)[:, :, None, :]).clamp_(-7, 7).to(torch.int8)
-    vt = torch.zeros((B * H, D, pad_k), device=dev, dtype=torch.int8)
-    vt[:, :, :Nk] = codes.reshape(B * H, Nk, D).transpose(1, 2)
-    return qc, qs, qm, kc, ks, kf, vt, sv.reshape(B * H, D).contiguous()
+    vt, sv = _int4_v(v, layout, bool(spec.rotate_v), B, H, Nk, D, pad_k)
+    return qc, qs, qm, kc, ks, kf, vt, sv
+
+
+@triton.jit
+def _delta_s_kernel(QM, KF, T, G, n_pad, D: tl.constexpr, TK: tl.constexpr, GB: tl.constexpr):
+    """One key tile of one b·h: T[g, n] = QM[g] · KF[n] for every q group g, GB groups per 3xTF32 MMA."""
+    pid_k = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    keys = pid_k * TK + tl.arange(0, TK)
+    d = tl.arange(0, D)
+    kf = tl.load(KF + bh * n_pad * D + keys[:, None] * D + d[None, :])
+    for g0 in range(0, G, GB):
+        g = g0 + tl.arange(0, GB)
+        qm = tl.load(QM + (bh * G + g)[:, None] * D + d[None, :], mask=(g < G)[:, None], other=0.0)
+        ds = tl.dot(qm, tl.trans(kf), input_precision="tf32x3")
+        tl.store(T + (bh * G + g)[:, None] * n_pad + keys[None, :], ds, mask=(g < G)[:, None])
 
 
 def delta_s_table(qm: torch.Tensor, kf: torch.Tensor) -> torch.Tensor:
-    """The Q-smoothing term of every (q group, key): q_mean · K_smoothedᵀ, (B·H, q groups, Nk_pad) fp32, as an
-    IEEE fp32 batched GEMM (TF32 switched off for the call: the reference adds ΔS in full precision)."""
-    with _ieee_fp32_matmul():
-        return torch.bmm(qm, kf.transpose(1, 2)).contiguous()
+    """The Q-smoothing term of every (q group, key): q_mean · K_smoothedᵀ, (B·H, q groups, Nk_pad) fp32, by a
+    3xTF32 MMA (fp32-level accuracy, tested against float64; the reference adds ΔS in full precision, which
+    TF32 alone would not keep; torch's IEEE fp32 bmm took 11.9 ms at wan-720p on the H200)."""
+    bh, G, D = qm.shape
+    n_pad = kf.shape[1]
+    out = torch.empty((bh, G, n_pad), device=qm.device, dtype=torch.float32)
+    _delta_s_kernel[(n_pad // TILE, bh)](qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=TILE, GB=64,
+                                         num_warps=8)
+    return out
 
 
 class _ieee_fp32_matmul:

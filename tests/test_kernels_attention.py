@@ -549,8 +549,10 @@ def test_int4_fused_delta_s_matches_reference(outliers, shape, layout):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("recipe", INT4_RECIPES)
-def test_int4_prepass_matches_formats(recipe):
-    q, k, v = make_qkv(2, 3, 300, 200, 128, outliers=True, seed=7, dtype=torch.float32)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_prepass_matches_formats(recipe, dtype):
+    """fp32 inputs take the IEEE rotation, 16-bit inputs the MMA in their own dtype (Q, K and V)."""
+    q, k, v = make_qkv(2, 3, 300, 200, 128, outliers=True, seed=7, dtype=dtype)
     _check_int4_prepass(_int4_prepass_vs_reference(q.cuda(), k.cuda(), v.cuda(), recipe))
 
 
@@ -604,6 +606,7 @@ _INT4_INTERP_SCRIPT = textwrap.dedent(
     for recipe in {recipes!r}:
         q, k, v = make_qkv(1, 2, 150, 140, 64, outliers=True, dtype=torch.float32, seed=3)
         pre[recipe] = _int4_prepass_vs_reference(q, k, v, recipe)
+        pre[recipe + "/fp16"] = _int4_prepass_vs_reference(q.half(), k.half(), v.half(), recipe)
     half = {{}}  # 16-bit inputs: the rotation as an fp16 MMA (the interpreter's bf16 dot is wrong)
     for recipe in ("rotateattention-half", "rotateattention-full"):
         q, k, v = make_qkv(1, 2, 140, 200, 64, outliers=True, dtype=torch.float16, seed=11)
@@ -949,3 +952,36 @@ def test_kernel_mx_exponent_is_exact_under_triton_interpreter():
     res = run_interpreted(_MX_EXPONENT_SCRIPT)
     for name, r in res.items():
         assert r["generic"] == 0 and r["p_path"] == 0, (name, r)
+
+
+def _delta_s_accuracy(device: str) -> dict:
+    """prepass.delta_s_table against float64 qm·kfᵀ: the worst entry error in fp32 ulps of |qm|·|kf|."""
+    from lowbit_video.kernels import prepass
+
+    g = torch.Generator().manual_seed(0)
+    qm = torch.randn(3, 70, 64, generator=g) * 4  # 70 q groups: a ragged last chunk of 64
+    kf = torch.randn(3, 256, 64, generator=g) * 9
+    kf[:, 5] *= 1e-6  # a tiny key: accuracy per entry, not only in norm
+    t = prepass.delta_s_table(qm.to(device), kf.to(device)).cpu()
+    want = qm.double() @ kf.double().transpose(1, 2)
+    ulp = torch.finfo(torch.float32).eps * (qm.double().abs() @ kf.double().abs().transpose(1, 2))
+    return {"shape": list(t.shape), "worst": float(((t.double() - want).abs() / ulp).max())}
+
+
+def _check_delta_s(res):
+    # 3xTF32 carries ~fp32 precision: every entry within a few fp32 ulps of |qm|·|kf| (plain TF32 is ~2^10 worse)
+    assert res["shape"] == [3, 70, 256] and res["worst"] < 8, res
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
+def test_delta_s_table_is_fp32_accurate_under_triton_interpreter():
+    script = (f"import json, sys; sys.path.insert(0, {str(REPO / 'tests')!r}); "
+              "from test_kernels_attention import _delta_s_accuracy; print(json.dumps(_delta_s_accuracy('cpu')))")
+    _check_delta_s(run_interpreted(script))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_delta_s_table_is_fp32_accurate_on_gpu():
+    _check_delta_s(_delta_s_accuracy("cuda"))
