@@ -309,8 +309,18 @@ def _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE: tl.constexpr):
 
 
 @triton.jit
-def _tile_start(LIST, j, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr):
-    """First key of tile j: j·BLOCK_N, or LIST[j]·BLOCK_N for a block-sparse key list (INDIRECT)."""
+def _tile_start(LIST, j, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr, PAIR: tl.constexpr = False, n_list=0,
+                N_KV=0):
+    """First key of tile j: j·BLOCK_N, or LIST[j]·BLOCK_N for a block-sparse key list (INDIRECT).
+    PAIR: tile j joins list entries 2j and 2j+1, two blocks of BLOCK_N/2 keys, into one BLOCK_N-wide tile;
+    returned as the vector `start` with start + arange(BLOCK_N) = the tile's keys. An odd list's last tile
+    takes a block past N_KV as its second half, whose keys the MASKED step drops."""
+    if PAIR:
+        HALF: tl.constexpr = BLOCK_N // 2
+        has1 = 2 * j + 1 < n_list
+        b0 = tl.load(LIST + 2 * j)
+        b1 = tl.where(has1, tl.load(LIST + 2 * j + 1, mask=has1, other=0), N_KV // HALF)
+        return tl.where(tl.arange(0, BLOCK_N) >= HALF, b1 * HALF - HALF, b0 * HALF)
     if INDIRECT:
         return tl.load(LIST + j) * BLOCK_N
     return j * BLOCK_N
@@ -325,38 +335,43 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
                PQ: tl.constexpr, PLEV: tl.constexpr, SMQ: tl.constexpr, PROW: tl.constexpr,
                PHASE: tl.constexpr, RNE_P: tl.constexpr, INDIRECT: tl.constexpr, PIPE: tl.constexpr,
                NUM_STAGES: tl.constexpr, WS: tl.constexpr = False, kd=0, k_row0=0, vd=0, v_row0=0,
-               TMA: tl.constexpr = False):
+               TMA: tl.constexpr = False, PAIR: tl.constexpr = False):
     """`n_tiles` key tiles through `_tile_step` (attn_fwd's whole tiles, and each precision phase of draft_fwd).
 
     PIPE: software pipelining (FA3's intra-warpgroup overlap): the next tile's QKᵀ is issued before this
     tile's softmax and P̃ quantization, so the asynchronous MMA runs under the ALU work. The arithmetic is
     the same, in the same order (GPU: equal outputs for MODE 0–3, measured).
     WS: Triton's automatic warp specialization of the plain loop, kept for measurement only: on the H200
-    with Triton 3.6 it gave nothing at 8 warps and stops the compiler (WSLowerToken assertion) at 4."""
+    with Triton 3.6 it gave nothing at 8 warps and stops the compiler (WSLowerToken assertion) at 4.
+    PAIR (block-sparse lists, MASKED MODE 0 only): two listed blocks per BLOCK_N-wide tile (`_tile_start`)."""
+    if PAIR:
+        n_iter = (n_tiles + 1) // 2
+    else:
+        n_iter = n_tiles
     if PIPE:
-        if n_tiles > 0:
-            qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, _tile_start(LIST, 0, BLOCK_N, INDIRECT), ks_base,
+        if n_iter > 0:
+            qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, _tile_start(LIST, 0, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV), ks_base,
                                    _tile_row_factor(c_row, KS, pid_bh, sks_bh, 0, MODE), N_KV, kf_base, sk_n_kf,
                                    qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
-            for j in tl.range(0, n_tiles - 1, num_stages=NUM_STAGES):
+            for j in tl.range(0, n_iter - 1, num_stages=NUM_STAGES):
                 qk_next, c_next = _tile_scores(
-                    q, k_base, sk_n, offs_d, _tile_start(LIST, j + 1, BLOCK_N, INDIRECT), ks_base,
+                    q, k_base, sk_n, offs_d, _tile_start(LIST, j + 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV), ks_base,
                     _tile_row_factor(c_row, KS, pid_bh, sks_bh, j + 1, MODE), N_KV, kf_base, sk_n_kf, qm16,
                     ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
                 acc, m_i, l_i, n_bad = _tile_update(
-                    acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, j, BLOCK_N, INDIRECT), kpm_base,
+                    acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV), kpm_base,
                     N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE,
                     PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
                 qk = qk_next
                 c_q = c_next
             acc, m_i, l_i, n_bad = _tile_update(
-                acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, n_tiles - 1, BLOCK_N, INDIRECT),
+                acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, n_iter - 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV),
                 kpm_base, N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
                 PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
     else:
-        for j in tl.range(0, n_tiles, num_stages=NUM_STAGES, warp_specialize=WS):
+        for j in tl.range(0, n_iter, num_stages=NUM_STAGES, warp_specialize=WS):
             acc, m_i, l_i, n_bad = _tile_step(
-                acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, _tile_start(LIST, j, BLOCK_N, INDIRECT),
+                acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV),
                 kpm_base, ks_base, _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, sk_n_kf,
                 qm16, ds_scale, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
                 PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P, kd, k_row0, vd, v_row0, TMA)
@@ -465,7 +480,7 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
               R, S, W, N_PRE, sm_scale_log2, p8_shift_inv,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, P8_SHIFT: tl.constexpr, PROMOTE: tl.constexpr,
               NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False, PIPE4: tl.constexpr = False,
-              PIPE8: tl.constexpr = False, PIPE16: tl.constexpr = False):
+              PIPE8: tl.constexpr = False, PIPE16: tl.constexpr = False, PAIR16: tl.constexpr = False):
     """DraftAttention2, block-sparse and mixed precision: one program per (packed query region, b·h).
 
     Operands are packed region blocks of BLOCK slots (S = R·BLOCK per b·h, padding slots zero and marked 0
@@ -476,7 +491,8 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
     retained key blocks, grouped by phase (NVFP4, INT8/FP8, 16-bit — anemoi's order) with CNT
     (B·H, R, 3) entries each. PK, PV (B·H, N_PRE, D): the prefix (text) keys, dense at 16 bit, last.
     Every phase is `_tile_loop` (`_tile_step`) of the shared core with PHASE=True (PIPE4/8/16: that
-    phase's loop software-pipelined): one (m, ℓ, Õ) per row, normalised once
+    phase's loop software-pipelined; PAIR16: the 16-bit phase takes two listed key blocks per 2·BLOCK-wide
+    tile, which changes only where its running maximum is updated): one (m, ℓ, Õ) per row, normalised once
     (rows that kept nothing give 0). O (B·H, S, D) fp32, packed. RNE_P: round P̃·448 onto E4M3 in fp32 before
     the FP8 cast (only under the CPU interpreter, whose cast is not RNE; on the GPU the cast is cvt.rn).
     """
@@ -518,14 +534,18 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
             pvs, 2, True, True, False, True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, True,
             RNE_P, True, PIPE8, NUM_STAGES)
     # phase 3: 16 bit (the caller's dtype), unquantized
+    if PAIR16:
+        BN16: tl.constexpr = 2 * BLOCK
+    else:
+        BN16: tl.constexpr = BLOCK
     if n16 > 0:
         q = tl.load(Q16 + base + rows)
         c_row = ones * sm_scale_log2
         acc, m_i, l_i, n_bad = _tile_loop(
             acc, m_i, l_i, n_bad, q, K16 + base, HEAD_DIM, V16 + base + offs_d[:, None], HEAD_DIM, offs_d, VALID,
             VALID, c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists + n4 + n8, n16, 1.0, 1.0, 0, True, True,
-            False, False, 0, 2, 6.0, 0.0, BLOCK, BLOCK, False, False, 15, 0, False, True, False, True, PIPE16,
-            NUM_STAGES)
+            False, False, 0, 2, 6.0, 0.0, BLOCK, BN16, False, False, 15, 0, False, True, False, True, PIPE16,
+            NUM_STAGES, PAIR=PAIR16)
     # prefix keys: dense 16 bit for every video query, outside the budget (ragged last tile masked)
     if N_PRE > 0:
         q = tl.load(Q16 + base + rows)

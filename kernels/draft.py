@@ -92,7 +92,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
     defaults = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False,
-                "PIPE8": False, "PIPE16": False}
+                "PIPE8": False, "PIPE16": False, "PAIR16": False}
     cfg = with_overrides(defaults, config, {k: type(v) for k, v in defaults.items()}, "draft kernel config")
     dev = q.device
     box: dict = {}
@@ -122,7 +122,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
             R, S, plan.idx.shape[-1], P, sm_scale * 1.4426950408889634, P_FP8_SCALE,
             HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
             NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED, PIPE4=cfg["PIPE4"],
-            PIPE8=cfg["PIPE8"], PIPE16=cfg["PIPE16"])
+            PIPE8=cfg["PIPE8"], PIPE16=cfg["PIPE16"], PAIR16=cfg["PAIR16"])
         video = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
         if P:
             qb = bhnd(q)

@@ -111,9 +111,11 @@ def _engine_packed(q, k, v, codes, lay, P, scale):
     return lay.unpack(out)
 
 
-def check_phases(device, dtype, d=64, b=1, h=2, frames=2, height=8, width=10, prefix=5, layout="BHND"):
+def check_phases(device, dtype, d=64, b=1, h=2, frames=2, height=8, width=10, prefix=5, layout="BHND", config=None,
+                 maps=("16", "8", "4", "mix")):
     """Per forced code map (all 16 / all 8 / all 4 / random mix incl. skips): [kernel vs engine, the
-    phase's own error (engine at that precision vs engine at 16 bit, same support)]."""
+    phase's own error (engine at that precision vs engine at 16 bit, same support)]. `config`: kernel tuning
+    (e.g. PAIR16, whose two-block tiles move only where the 16-bit phase's running maximum is updated)."""
     from lowbit_video.attention.draft_layout import VideoGeometry, pack_layout
     from lowbit_video.kernels.draft import draft_attention
 
@@ -126,8 +128,10 @@ def check_phases(device, dtype, d=64, b=1, h=2, frames=2, height=8, width=10, pr
     res = {}
     for name, codes in (("16", torch.full((b, h, R, R), 16)), ("8", torch.full((b, h, R, R), 8)),
                         ("4", torch.full((b, h, R, R), 4)), ("mix", mix)):
+        if name not in maps:
+            continue
         args = [t.transpose(1, 2).contiguous() if layout == "BNHD" else t for t in (q, k, v)]
-        out = draft_attention(*args, "draftattention2", geo, layout=layout, codes=codes.to(device)).cpu()
+        out = draft_attention(*args, "draftattention2", geo, layout=layout, codes=codes.to(device), config=config).cpu()
         if layout == "BNHD":
             out = out.transpose(1, 2)
         ref = _engine_packed(q, k, v, codes, lay, P, scale)
@@ -172,7 +176,10 @@ _SCRIPT = textwrap.dedent(
            "phases": t.check_phases("cpu", torch.float16),
            "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
            "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"),
-           "pipe": t.check_pipe("cpu", torch.float16)}}
+           "pipe": t.check_pipe("cpu", torch.float16),
+           "pair16": t.check_phases("cpu", torch.float16, config={{"PAIR16": True}}, maps=("16", "mix")),
+           "pair16_pipe": t.check_phases("cpu", torch.float16, d=128, h=1, width=9, layout="BNHD",
+                                         config={{"PAIR16": True, "PIPE16": True}}, maps=("mix",))}}
     print(json.dumps(res))
     """
 )
@@ -191,6 +198,8 @@ def test_draft_kernel_under_triton_interpreter_on_cpu():
     assert res["routing"]["empty_rows_zero"]
     assert res["plan"] == 0
     assert res["pipe"]["equal"], res["pipe"]
+    assert_phases(res["pair16"], torch.float16)
+    assert_phases(res["pair16_pipe"], torch.float16)
 
 
 def check_pipe(device, dtype) -> dict:
@@ -279,6 +288,10 @@ def test_draft_prepass_bit_exact_on_gpu(dtype):
 def test_draft_kernel_matches_engine_on_gpu(dtype, layout, d):
     res = check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout)
     assert_phases(res, dtype)
+    for config in ({"PAIR16": True}, {"PAIR16": True, "PIPE16": True}):
+        res = check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout,
+                           config=config, maps=("16", "mix"))
+        assert_phases(res, dtype)
 
 
 @pytest.mark.gpu
