@@ -25,6 +25,10 @@ from .draft_prepass import draft_prepass
 from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
 from .launch import with_overrides
 
+# tuning defaults, measured on the H200 at wan-720p (results/kernels-h200.md, draft section); `config=` overrides
+DRAFT_DEFAULTS = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False,
+                  "PIPE8": False, "PIPE16": False, "PAIR16": False}
+DRAFT_CONFIG_KEYS = {k: type(v) for k, v in DRAFT_DEFAULTS.items()}
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
 
@@ -39,7 +43,8 @@ def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
     return allocate_by_boundaries(scores, head_quotas(regions, spec))
 
 
-__all__ = ["DraftPlan", "draft_attention", "plan_from_codes", "route", "split_draft"]
+__all__ = ["DRAFT_CONFIG_KEYS", "DRAFT_DEFAULTS", "DraftPlan", "draft_attention", "plan_from_codes", "route",
+           "split_draft"]
 
 
 def _draft_spec(recipe):
@@ -90,10 +95,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     D = q.shape[-1]
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    # measured on the H200 at wan-720p (results/kernels-h200.md, draft section)
-    defaults = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False,
-                "PIPE8": False, "PIPE16": False, "PAIR16": False}
-    cfg = with_overrides(defaults, config, {k: type(v) for k, v in defaults.items()}, "draft kernel config")
+    cfg = with_overrides(DRAFT_DEFAULTS, config, DRAFT_CONFIG_KEYS, "draft kernel config")
     dev = q.device
     box: dict = {}
 

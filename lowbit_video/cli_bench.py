@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
         sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also run the error–latency sweep (sparse-16, INT8/FP8 and mixed at several sparsities)."),
         plot: Optional[str] = typer.Option(None, "--plot", help="Write the error-vs-time plot of the first shape to this PNG."),
         reps: int = typer.Option(3, "--reps", min=1, help="Timed calls per measurement (median)."),
+        config: Optional[list[str]] = typer.Option(
+            None, "--config", help="Draft kernel setting for every point, KEY=VALUE (repeat to combine; keys "
+            "num_warps, NUM_STAGES, PROMOTE, prepass_warps, PIPE4, PIPE8, PIPE16, PAIR16)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
     ) -> None:
         """DraftAttention2 on the GPU: time (pre-pass, route, kernel), realised density and attention error
@@ -69,9 +72,15 @@ def register(app: typer.Typer) -> None:
         import torch
 
         from .bench.draft import GEOMETRIES, bench_draft, equal_time_comparison, plot_sweep
+        from .bench.kernels import parse_config
         from .errors import UserError
+        from .kernels.draft import DRAFT_CONFIG_KEYS
         from .recipes import load_recipe
 
+        try:
+            cfg = parse_config(config or [], DRAFT_CONFIG_KEYS) or None
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
             raise UserError("bench draft needs a CUDA GPU (none is visible)")
         shapes = shapes or ["wan-720p"]
@@ -83,7 +92,7 @@ def register(app: typer.Typer) -> None:
         if not_draft:
             raise UserError(f"not draft recipes: {not_draft} (use bench kernels)")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
-        info = bench_draft(shapes, recipes=recipes, sweep=sweep, reps=reps, log=log)
+        info = bench_draft(shapes, recipes=recipes, sweep=sweep, reps=reps, config=cfg, log=log)
         if sweep:
             info["equal_time"] = {s: equal_time_comparison(info["sweep"], s) for s in shapes}
         if plot and sweep:

@@ -68,3 +68,23 @@ def test_draft_config_refuses_unknown_keys_and_types():
         draft_attention(q, k, v, "draftattention2", geo, config={"pipe4": True})
     with pytest.raises(ValueError, match="PIPE4 must be bool"):
         draft_attention(q, k, v, "draftattention2", geo, config={"PIPE4": 1})
+
+
+@pytest.mark.parametrize("item,msg", [("PIPE=1", "unknown kernel config key 'PIPE'"), ("PAIR16=maybe", "true or false"),
+                                      ("num_warps=x", "must be an integer")])
+def test_bench_draft_config_errors_are_one_line(item, msg):
+    """bench draft --config takes the draft kernel's own keys (PAIR16, PIPE16, ...), not attn_fwd's."""
+    from lowbit_video.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "draft", "--config", item])
+    assert res.exit_code == 2
+    out = res.output.strip()
+    assert msg in out and "Traceback" not in out and len(out.splitlines()) == 1
+
+
+def test_bench_draft_config_parses_draft_keys():
+    from lowbit_video.bench.kernels import parse_config
+    from lowbit_video.kernels.draft import DRAFT_CONFIG_KEYS
+
+    assert parse_config(["PAIR16=1", "PIPE16=false", "num_warps=8"], DRAFT_CONFIG_KEYS) == {
+        "PAIR16": True, "PIPE16": False, "num_warps": 8}

@@ -159,10 +159,11 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
     return info
 
 
-def parse_config(items) -> dict:
-    """["PIPE=false", "NUM_STAGES=4"] -> {"PIPE": False, "NUM_STAGES": 4}, typed and checked against the
-    launcher's keys (kernels.launch.CONFIG_KEYS); ValueError with a one-line reason otherwise."""
-    from ..kernels.launch import CONFIG_KEYS
+def parse_config(items, keys: dict | None = None) -> dict:
+    """["PIPE=false", "NUM_STAGES=4"] -> {"PIPE": False, "NUM_STAGES": 4}, typed and checked against `keys`
+    ({name: type}; default the launcher's, kernels.launch.CONFIG_KEYS); ValueError with a one-line reason."""
+    if keys is None:
+        from ..kernels.launch import CONFIG_KEYS as keys
 
     out = {}
     for item in items:
@@ -170,9 +171,9 @@ def parse_config(items) -> dict:
         key, raw = key.strip(), raw.strip()
         if not sep or not key or not raw:
             raise ValueError(f"--config wants KEY=VALUE, got {item!r}")
-        typ = CONFIG_KEYS.get(key)
+        typ = keys.get(key)
         if typ is None:
-            raise ValueError(f"unknown kernel config key {key!r}; known: {', '.join(CONFIG_KEYS)}")
+            raise ValueError(f"unknown kernel config key {key!r}; known: {', '.join(keys)}")
         if typ is bool:
             if raw.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"--config {key} must be true or false, got {raw!r}")
