@@ -315,15 +315,18 @@ def _tile_start(LIST, j, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr, PAIR: tl
     PAIR: tile j joins list entries 2j and 2j+1, two blocks of BLOCK_N/2 keys, into one BLOCK_N-wide tile;
     returned as the vector `start` with start + arange(BLOCK_N) = the tile's keys. An odd list's last tile
     takes a block past N_KV as its second half, whose keys the MASKED step drops."""
+    # one return after a constexpr if/elif/else: Triton 3.6 rejects early returns of different shapes
     if PAIR:
         HALF: tl.constexpr = BLOCK_N // 2
         has1 = 2 * j + 1 < n_list
         b0 = tl.load(LIST + 2 * j)
         b1 = tl.where(has1, tl.load(LIST + 2 * j + 1, mask=has1, other=0), N_KV // HALF)
-        return tl.where(tl.arange(0, BLOCK_N) >= HALF, b1 * HALF - HALF, b0 * HALF)
-    if INDIRECT:
-        return tl.load(LIST + j) * BLOCK_N
-    return j * BLOCK_N
+        start = tl.where(tl.arange(0, BLOCK_N) >= HALF, b1 * HALF - HALF, b0 * HALF)
+    elif INDIRECT:
+        start = tl.load(LIST + j) * BLOCK_N
+    else:
+        start = j * BLOCK_N
+    return start
 
 
 @triton.jit

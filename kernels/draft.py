@@ -96,6 +96,9 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     cfg = with_overrides(DRAFT_DEFAULTS, config, DRAFT_CONFIG_KEYS, "draft kernel config")
+    if cfg["PAIR16"] and cfg["PIPE16"] and D > 64:
+        # compiled for sm_90 with Triton 3.6: 245912 B of shared memory at head_dim 128 > the H200's 232448
+        raise ValueError("draft kernel config PAIR16 with PIPE16 fits in shared memory at head_dim 64 only")
     dev = q.device
     box: dict = {}
 

@@ -88,3 +88,15 @@ def test_bench_draft_config_parses_draft_keys():
 
     assert parse_config(["PAIR16=1", "PIPE16=false", "num_warps=8"], DRAFT_CONFIG_KEYS) == {
         "PAIR16": True, "PIPE16": False, "num_warps": 8}
+
+
+def test_draft_pair16_with_pipe16_is_refused_at_head_dim_128():
+    import torch
+
+    from lowbit_video.attention.draft_layout import VideoGeometry
+    from lowbit_video.kernels.draft import draft_attention
+
+    geo = VideoGeometry(1, 8, 8)
+    q = k = v = torch.zeros(1, 1, 64, 128, dtype=torch.float16)
+    with pytest.raises(ValueError, match="PAIR16 with PIPE16 fits in shared memory at head_dim 64 only"):
+        draft_attention(q, k, v, "draftattention2", geo, config={"PAIR16": True, "PIPE16": True})

@@ -178,7 +178,7 @@ _SCRIPT = textwrap.dedent(
            "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"),
            "pipe": t.check_pipe("cpu", torch.float16),
            "pair16": t.check_phases("cpu", torch.float16, config={{"PAIR16": True}}, maps=("16", "mix")),
-           "pair16_pipe": t.check_phases("cpu", torch.float16, d=128, h=1, width=9, layout="BNHD",
+           "pair16_pipe": t.check_phases("cpu", torch.float16, d=64, h=1, width=9, layout="BNHD",
                                          config={{"PAIR16": True, "PIPE16": True}}, maps=("mix",))}}
     print(json.dumps(res))
     """
@@ -288,7 +288,7 @@ def test_draft_prepass_bit_exact_on_gpu(dtype):
 def test_draft_kernel_matches_engine_on_gpu(dtype, layout, d):
     res = check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout)
     assert_phases(res, dtype)
-    for config in ({"PAIR16": True}, {"PAIR16": True, "PIPE16": True}):
+    for config in [{"PAIR16": True}] + ([{"PAIR16": True, "PIPE16": True}] if d == 64 else []):
         res = check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout,
                            config=config, maps=("16", "mix"))
         assert_phases(res, dtype)
