@@ -29,6 +29,29 @@ TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the r
 
 
 @triton.jit
+def _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Tokens pid_t·ROWS .. +ROWS of one (batch, head) of X (any strides) as a (ROWS, D) tile in X's dtype,
+    tokens past N read as 0; and the tile's token and channel indices."""
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d, mask=(rows < N)[:, None],
+                other=0.0)
+    return x, rows, cols
+
+
+@triton.jit
+def _rotate(x, M, cols, scale, D: tl.constexpr, X_F32: tl.constexpr):
+    """x @ M · scale with M (D, D) a ±1/0 matrix: for 16-bit x an MMA in x's own dtype (M exact there, products
+    exact, fp32 accumulation), for fp32 x an IEEE fp32 MMA (TF32 would round x)."""
+    m = tl.load(M + cols[:, None] * D + cols[None, :])
+    if X_F32:
+        return tl.dot(x.to(tl.float32), m.to(tl.float32), input_precision="ieee") * scale
+    return tl.dot(x, m.to(x.dtype)) * scale
+
+
+@triton.jit
 def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, had_scale,
                     D: tl.constexpr, ROWS: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
                     QMAX: tl.constexpr, OUT_FP8: tl.constexpr, HAD: tl.constexpr, X_F32: tl.constexpr):
@@ -37,18 +60,9 @@ def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles
     accumulator (IEEE fp32 products for fp32 inputs)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_t * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
-                mask=(rows < N)[:, None], other=0.0)
+    x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
     if HAD:
-        hm = tl.load(HM + cols[:, None] * D + cols[None, :])
-        if X_F32:
-            x = tl.dot(x, hm, input_precision="ieee") * had_scale
-        else:
-            x = tl.dot(x, hm) * had_scale
+        x = _rotate(x, HM, cols, had_scale, D, X_F32)
     else:
         x = x.to(tl.float32)
     xb = tl.reshape(x, (ROWS, D // 32, 32))
@@ -75,13 +89,8 @@ def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexp
                   RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
     """One TB-token tile of V (all D channels, read along D: coalesced), as (TB/32, 32, D) fp32 blocks of 32
     tokens per channel, and each block's MXFP4 exponent k (TB/32, D) and maximum |x|."""
-    b = pid_bh // H
-    h = pid_bh % H
-    toks = pid_t * TB + tl.arange(0, TB)
-    chans = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + toks[:, None] * sx_n + chans[None, :] * sx_d,
-                mask=(toks < N)[:, None], other=0.0).to(tl.float32)
-    xb = tl.reshape(x, (TB // 32, 32, D))
+    x, _, _ = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D)
+    xb = tl.reshape(x.to(tl.float32), (TB // 32, 32, D))
     amax = tl.max(tl.abs(xb), axis=1)
     return xb, mx_exponent(amax, RULE, FLQ, QMAX), amax
 
@@ -215,12 +224,8 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
     div.full, not correctly rounded), the codes from the exact quotient x / fp32-scale."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_t * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
-                mask=(rows < N)[:, None], other=0.0).to(tl.float64)
+    x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
+    x = x.to(tl.float64)
     if SUB_MEAN:
         x = tl.where((rows < N)[:, None], x - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
     s = (tl.max(tl.abs(x), axis=1) / 127.0).to(tl.float32)
@@ -324,19 +329,10 @@ def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N
     WRITE_F: the smoothed full-precision rows to KF (B·H, n_pad, D) fp32 (ΔS needs them)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_t * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
+    x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
     valid = rows < N
-    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
-                mask=valid[:, None], other=0.0)
     if ROT:
-        rm = tl.load(RM + cols[:, None] * D + cols[None, :])
-        if X_F32:
-            x = tl.dot(x.to(tl.float32), rm, input_precision="ieee") * rot_scale
-        else:
-            x = tl.dot(x, rm.to(x.dtype)) * rot_scale
+        x = _rotate(x, RM, cols, rot_scale, D, X_F32)
     x = x.to(tl.float32)
     if SUB_MEAN:
         x = x - tl.load(MEAN + pid_bh * D + cols)[None, :]
@@ -362,18 +358,9 @@ def _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, 
                  ROT: tl.constexpr, X_F32: tl.constexpr):
     """One TB-token tile of V (all D channels), fp32, rotated by HM (±1 Sylvester, · rot_scale) if ROT: an MMA
     in V's own 16-bit dtype (exact products, fp32 accumulation) or IEEE fp32 for fp32 V; padding rows 0."""
-    b = pid_bh // H
-    h = pid_bh % H
-    toks = pid_t * TB + tl.arange(0, TB)
-    cols = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + toks[:, None] * sx_n + cols[None, :] * sx_d, mask=(toks < N)[:, None],
-                other=0.0)
+    x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D)
     if ROT:
-        hm = tl.load(HM + cols[:, None] * D + cols[None, :])
-        if X_F32:
-            x = tl.dot(x.to(tl.float32), hm, input_precision="ieee") * rot_scale
-        else:
-            x = tl.dot(x, hm.to(x.dtype)) * rot_scale
+        x = _rotate(x, HM, cols, rot_scale, D, X_F32)
     return x.to(tl.float32)
 
 
@@ -554,12 +541,8 @@ def _nvfp4_tile_kernel(X, SO, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.co
     along head_dim into OUT (B·H, n_pad, D), or (ALONG_TOKENS) along tokens into OUT (B·H, D, n_pad)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_t * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d,
-                mask=(rows < N)[:, None], other=0.0).to(tl.float32)  # exact: inputs of <= 24 bits
+    x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
+    x = x.to(tl.float32)  # exact: inputs of <= 24 bits
     so = tl.load(SO).to(tl.float64)
     if ALONG_TOKENS:
         e = nvfp4_rows_exact(tl.trans(x), so, D, ROWS)
