@@ -45,12 +45,16 @@ def test_bench_config_parses_typed_values_into_extra_rows():
     assert config_variants(["mxattention"], []) == {}
 
 
-@pytest.mark.parametrize("item,msg", [("PIPE", "KEY=VALUE"), ("=3", "KEY=VALUE"), ("num_stages=3", "unknown kernel config key"),
-                                      ("PIPE=maybe", "true or false"), ("BLOCK_M=x", "must be an integer")])
-def test_bench_config_errors_are_one_line(item, msg):
+@pytest.mark.parametrize("command,item,msg", [
+    ("kernels", "PIPE", "KEY=VALUE"), ("kernels", "=3", "KEY=VALUE"), ("kernels", "num_stages=3", "unknown kernel config key"),
+    ("kernels", "PIPE=maybe", "true or false"), ("kernels", "BLOCK_M=x", "must be an integer"),
+    # bench draft takes the draft kernel's own keys (PAIR16, PIPE16, ...), not attn_fwd's
+    ("draft", "PIPE=1", "unknown kernel config key 'PIPE'"), ("draft", "PAIR16=maybe", "true or false"),
+    ("draft", "num_warps=x", "must be an integer")])
+def test_bench_config_errors_are_one_line(command, item, msg):
     from lowbit_video.cli import app
 
-    res = CliRunner().invoke(app, ["bench", "kernels", "--config", item])
+    res = CliRunner().invoke(app, ["bench", command, "--config", item])
     assert res.exit_code == 2
     out = res.output.strip()
     assert msg in out and "Traceback" not in out and len(out.splitlines()) == 1
@@ -68,18 +72,6 @@ def test_draft_config_refuses_unknown_keys_and_types():
         draft_attention(q, k, v, "draftattention2", geo, config={"pipe4": True})
     with pytest.raises(ValueError, match="PIPE4 must be bool"):
         draft_attention(q, k, v, "draftattention2", geo, config={"PIPE4": 1})
-
-
-@pytest.mark.parametrize("item,msg", [("PIPE=1", "unknown kernel config key 'PIPE'"), ("PAIR16=maybe", "true or false"),
-                                      ("num_warps=x", "must be an integer")])
-def test_bench_draft_config_errors_are_one_line(item, msg):
-    """bench draft --config takes the draft kernel's own keys (PAIR16, PIPE16, ...), not attn_fwd's."""
-    from lowbit_video.cli import app
-
-    res = CliRunner().invoke(app, ["bench", "draft", "--config", item])
-    assert res.exit_code == 2
-    out = res.output.strip()
-    assert msg in out and "Traceback" not in out and len(out.splitlines()) == 1
 
 
 def test_bench_draft_config_parses_draft_keys():
