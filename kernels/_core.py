@@ -353,28 +353,33 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
         n_iter = n_tiles
     if PIPE:
         if n_iter > 0:
-            qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, _tile_start(LIST, 0, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV), ks_base,
+            s0 = _tile_start(LIST, 0, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
+            qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, s0, ks_base,
                                    _tile_row_factor(c_row, KS, pid_bh, sks_bh, 0, MODE), N_KV, kf_base, sk_n_kf,
                                    qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
             for j in tl.range(0, n_iter - 1, num_stages=NUM_STAGES):
+                s_next = _tile_start(LIST, j + 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
                 qk_next, c_next = _tile_scores(
-                    q, k_base, sk_n, offs_d, _tile_start(LIST, j + 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV), ks_base,
+                    q, k_base, sk_n, offs_d, s_next, ks_base,
                     _tile_row_factor(c_row, KS, pid_bh, sks_bh, j + 1, MODE), N_KV, kf_base, sk_n_kf, qm16,
                     ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
+                s_j = _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
                 acc, m_i, l_i, n_bad = _tile_update(
-                    acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV), kpm_base,
+                    acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, s_j, kpm_base,
                     N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE,
                     PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
                 qk = qk_next
                 c_q = c_next
+            s_last = _tile_start(LIST, n_iter - 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
             acc, m_i, l_i, n_bad = _tile_update(
-                acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, _tile_start(LIST, n_iter - 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV),
+                acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, s_last,
                 kpm_base, N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
                 PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
     else:
         for j in tl.range(0, n_iter, num_stages=NUM_STAGES, warp_specialize=WS):
+            s_j = _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
             acc, m_i, l_i, n_bad = _tile_step(
-                acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV),
+                acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, s_j,
                 kpm_base, ks_base, _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, sk_n_kf,
                 qm16, ds_scale, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
                 PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P, kd, k_row0, vd, v_row0, TMA)
