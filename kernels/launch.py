@@ -281,8 +281,10 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             qq, qs, qbad = prepass.mx_rows(q, layout, spec.q, fp8=True, hadamard=had)
             kk, ks, kbad = prepass.mx_rows(k, layout, spec.k, fp8=True, hadamard=had)
             vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p)
-            st.qk_inexact_blocks = int(qbad.item() + kbad.item())  # one sync: the fallback decision
-            st.v_inexact_blocks = int(vbad.item()) if not exact_p else 0
+            # one device-to-host read (one sync) for the three counts: the fallback decision
+            nq, nk, nv = torch.cat([qbad, kbad, vbad]).tolist()
+            st.qk_inexact_blocks = nq + nk
+            st.v_inexact_blocks = nv if not exact_p else 0
             st.qk_fallback = st.qk_inexact_blocks > 0
             if st.qk_fallback:
                 qq, qs, _ = prepass.mx_rows(q, layout, spec.q, fp8=False, hadamard=had)

@@ -206,14 +206,6 @@ def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
     return _PM1[key]
 
 
-def hadamard_rotate(x: torch.Tensor, layout: str) -> torch.Tensor:
-    """x @ H (normalized Hadamard of order head_dim) in fp32, same layout as x."""
-    from lowbit_video.transforms.hadamard import hadamard_matrix
-
-    h = hadamard_matrix(x.shape[-1], dtype=torch.float32, device=x.device)
-    return torch.matmul(x.to(torch.float32), h)
-
-
 @triton.jit
 def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
                       D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr):
@@ -500,19 +492,6 @@ def delta_s_table(qm: torch.Tensor, kf: torch.Tensor) -> torch.Tensor:
     _delta_s_kernel[(n_pad // TILE, bh)](qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=TILE, GB=64,
                                          num_warps=8)
     return out
-
-
-class _ieee_fp32_matmul:
-    """fp32 torch matmuls in IEEE fp32 for the block (whatever torch.set_float32_matmul_precision the
-    caller chose: TF32 would move INT4 codes and ΔS far more than the reference's float64 allows)."""
-
-    def __enter__(self):
-        self.prev = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("highest")
-
-    def __exit__(self, *exc):
-        torch.set_float32_matmul_precision(self.prev)
-        return False
 
 
 # ----------------------------------------------------------------------------------------- NVFP4
