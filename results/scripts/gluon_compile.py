@@ -1,0 +1,100 @@
+"""Offline sm_90 compile of the Gluon probe (results/scripts/gluon_probe.py) with Triton 3.6, no GPU: registers,
+shared memory and the key loop's order of wgmma issues, waits and ALU runs (the check that the waits sit
+after the softmax, not right after each wgmma).
+
+    /tmp/t36/bin/python results/scripts/gluon_compile.py [BLOCK_M STAGES num_warps]
+"""
+import os
+import re
+import subprocess
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gluon_probe import fa_fp8_probe  # noqa: E402
+
+
+def desc_type(block, dtype="fp8e4nv", gdt=gl.float8e4nv):
+    lay = gl.NVMMASharedLayout.get_default_for(block, gdt)
+    return f"tensordesc<{dtype}[{block[0]}, {block[1]}],{lay!r}>" if False else _mangled(block, lay)
+
+
+def _mangled(block, lay):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    class FakeT:
+        dtype = "torch.float8_e4m3fn"
+
+        def data_ptr(self):
+            return 1024
+
+    return mangle_type(TensorDescriptor(FakeT(), [1 << 20, block[1]], [block[1], 1], block, lay))
+
+
+def compile_probe(BLOCK_M=64, STAGES=3, num_warps=4, BLOCK_N=128, D=128, fn=fa_fp8_probe, extra_const=None,
+                  extra_sig=None):
+    names = fn.arg_names
+    const = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=D, STAGES=STAGES, num_warps=num_warps, so_n=D)
+    const.update(extra_const or {})
+    sig = {"q_desc": _mangled([BLOCK_M, D], gl.NVMMASharedLayout.get_default_for([BLOCK_M, D], gl.float8e4nv)),
+           "k_desc": _mangled([BLOCK_N, D], gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.float8e4nv)),
+           "v_desc": _mangled([D, BLOCK_N], gl.NVMMASharedLayout.get_default_for([D, BLOCK_N], gl.float8e4nv)),
+           "O": "*bf16", "N": "i32", "c": "fp32", "so_bh": "i32"}
+    sig.update(extra_sig or {})
+    for n in names:
+        if n in const:
+            sig[n] = "constexpr"
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "N", "so_bh") if n in names}
+    src = GluonASTSource(fn=fn, signature={n: sig[n] for n in names},
+                         constexprs={(names.index(k),): v for k, v in const.items() if k in names}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+
+
+def report(kernel):
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with open("/tmp/gluon_probe.cubin", "wb") as f:
+        f.write(kernel.asm["cubin"])
+    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-sass", "/tmp/gluon_probe.cubin"],
+                          capture_output=True, text=True, check=True).stdout
+    res = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-resource-usage", "/tmp/gluon_probe.cubin"],
+                         capture_output=True, text=True, check=True).stdout
+    print(" ".join(re.findall(r"(REG:\d+|STACK:\d+)", res)), "shared", kernel.metadata.shared)
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(2).strip()))
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    best = None
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"BRA\s.*?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            s = at[int(m.group(1), 16)]
+            if best is None or i - s > best[1] - best[0]:
+                best = (s, i)
+    s, e = best
+    out, run, mufu = [], 0, 0
+    for _, t in ins[s:e + 1]:
+        op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0]
+        if "GMMA" in op or op.startswith(("WARPGROUP", "BAR", "SYNCS", "UTMALDG", "BRA", "DEPBAR")):
+            if run:
+                out.append(f"[{run} alu, {mufu} mufu]")
+                run = mufu = 0
+            out.append(t if "DEPBAR" in op else op)
+        else:
+            run += 1
+            mufu += op.startswith("MUFU")
+    if run:
+        out.append(f"[{run} alu, {mufu} mufu]")
+    print(f"key loop: {e - s + 1} instructions")
+    print(" | ".join(out))
+
+
+if __name__ == "__main__":
+    a = [int(x) for x in sys.argv[1:4]] if len(sys.argv) > 3 else [64, 3, 4]
+    report(compile_probe(*a))

@@ -1,0 +1,242 @@
+"""Probe (session 6): does an explicitly asynchronous wgmma schedule lift plain FP8 attention on the H200?
+
+The Triton kernels of kernels/_core.py compile (Triton 3.6, sm_90) to a key loop where every wgmma group is
+followed at once by `WARPGROUP.DEPBAR.LE gsb0, 0x0`: QKᵀ, then the softmax (and P̃ quantization), then P̃·V,
+strictly one after another, so the tensor cores idle during the ALU work and the ALU during the MMAs
+(results/scripts/sass_key_loop.py shows the order). This probe writes the same plain FP8 core in Gluon (Triton's
+explicit-layout dialect) with FlashAttention-3's intra-warpgroup overlap: QKᵀ of tile j+1 and P̃·V of tile j-1
+run on the tensor cores while tile j's softmax runs; K/Vᵀ arrive by TMA into a ring of mbarrier-tracked stages.
+
+Numerics (plain, no P̃ quantization — the `mxattention[no-P-quant]` core): Q, K, Vᵀ E4M3 (scales folded by the
+caller into one log2-domain factor), fp32 logits, running max in the log2 domain, P̃ = exp2(s·c − m) cast to E4M3
+as the A operand of the FP8 P̃·V MMA (from registers), fp32 accumulator, output normalised once.
+
+    PYTHONPATH=$PWD python3 results/scripts/gluon_probe.py OUT.json   # on the GPU (Triton 3.6 image)
+    /tmp/t36/bin/python results/scripts/gluon_compile.py 64 3 4        # offline: sm_90 SASS of the key loop
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+
+@gluon.jit
+def _issue_kv(k_desc, v_desc, k_s, v_s, kbar, vbar, t, k_row0, v_row, STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+              pred):
+    s = t % STAGES
+    mbarrier.expect(kbar.index(s), k_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BLOCK_N, 0], kbar.index(s), k_s.index(s), pred=pred)
+    mbarrier.expect(vbar.index(s), v_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(v_desc, [v_row, t * BLOCK_N], vbar.index(s), v_s.index(s), pred=pred)
+
+
+@gluon.jit
+def _softmax(s_cur, m_i, l_i, c, p_layout: gl.constexpr):
+    """Online softmax of one logits tile: (P̃ fp32, alpha, new m, new l)."""
+    m_new = gl.maximum(m_i, gl.max(s_cur, axis=1) * c)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s_cur * c - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _rescale_and_p(s_cur, acc, m_i, l_i, c, p_layout: gl.constexpr, row_o: gl.constexpr):
+    p, alpha, m_i, l_i = _softmax(s_cur, m_i, l_i, c, p_layout)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    return acc, p8, m_i, l_i
+
+
+@gluon.jit
+def fa_fp8_probe(q_desc, k_desc, v_desc, O, N, c, so_bh, so_n,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                 num_warps: gl.constexpr):
+    """One program per (query tile, b·h). q_desc: (B·H·N, D) E4M3; k_desc likewise; v_desc: Vᵀ (B·H·D, N).
+    N is a multiple of 2·BLOCK_N (probe: the key loop is unrolled by two). O (B·H, N, D) bf16."""
+    pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    q_row = bh * N + pid_m * BLOCK_M
+    k_row0 = bh * N
+    v_row = bh * HEAD_DIM
+    n_tiles = N // BLOCK_N
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    q_s = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
+    qbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    vbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(qbar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(kbar.index(s), count=1)
+        mbarrier.init(vbar.index(s), count=1)
+
+    mbarrier.expect(qbar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], qbar, q_s)
+    for t in gl.static_range(STAGES):
+        _issue_kv(k_desc, v_desc, k_s, v_s, kbar, vbar, t, k_row0, v_row, STAGES, BLOCK_N, t < n_tiles)
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    mbarrier.wait(qbar, 0)
+    mbarrier.wait(kbar.index(0), 0)
+    s_tok = warpgroup_mma(q_s, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+
+    # Per key tile j: [issue QKᵀ(j+1)] [softmax(j), Õ rescale, P̃ cast: this ALU work runs under that MMA]
+    # [issue P̃·V(j)] [wait for both]. Why this shape (each seen in the sm_90 SASS of a variant tried):
+    # - every wgmma is retired by the wait(0) of its own iteration: ptxas serializes all wgmma when an
+    #   accumulator is read after a wait(1) that retires a group issued in an earlier iteration, and it
+    #   hoists a wait(0) that follows softmax work up to the preceding wait(1);
+    # - the loop is unrolled by two with the logits in two register sets (s_a: even tiles, s_b: odd): with
+    #   one loop-carried set, ptxas gives QKᵀ(j+1) the registers of tile j's logits and so schedules the
+    #   whole softmax before the MMA issue (no overlap).
+    for jj in range(0, n_tiles, 2):
+        j = jj
+        mbarrier.wait(kbar.index((j + 1) % STAGES), ((j + 1) // STAGES) & 1)
+        tok_b = warpgroup_mma(q_s, k_s.index((j + 1) % STAGES).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)
+        acc, p8, m_i, l_i = _rescale_and_p(s_cur, acc, m_i, l_i, c, p_layout, row_o)
+        mbarrier.wait(vbar.index(j % STAGES), (j // STAGES) & 1)
+        acc_tok = warpgroup_mma(p8, v_s.index(j % STAGES).permute((1, 0)), acc, is_async=True)
+        s_b, acc = warpgroup_mma_wait(0, deps=(tok_b, acc_tok))
+        _issue_kv(k_desc, v_desc, k_s, v_s, kbar, vbar, j + STAGES, k_row0, v_row, STAGES, BLOCK_N,
+                  j + STAGES < n_tiles)
+
+        j = jj + 1
+        has_next = j + 1 < n_tiles  # if not, the MMA below reads a stale stage and its result is unused
+        mbarrier.wait(kbar.index((j + 1) % STAGES), ((j + 1) // STAGES) & 1, pred=has_next)
+        tok_a = warpgroup_mma(q_s, k_s.index((j + 1) % STAGES).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)
+        acc, p8, m_i, l_i = _rescale_and_p(s_b, acc, m_i, l_i, c, p_layout, row_o)
+        mbarrier.wait(vbar.index(j % STAGES), (j // STAGES) & 1)
+        acc_tok = warpgroup_mma(p8, v_s.index(j % STAGES).permute((1, 0)), acc, is_async=True)
+        s_cur, acc = warpgroup_mma_wait(0, deps=(tok_a, acc_tok))
+        _issue_kv(k_desc, v_desc, k_s, v_s, kbar, vbar, j + STAGES, k_row0, v_row, STAGES, BLOCK_N,
+                  j + STAGES < n_tiles)
+
+    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, row_o)
+    offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, o_layout))
+    ptrs = O + bh.to(gl.int64) * so_bh + offs_m[:, None] * so_n + offs_d[None, :]
+    gl.store(ptrs, out.to(gl.bfloat16))
+    mbarrier.invalidate(qbar)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(kbar.index(s))
+        mbarrier.invalidate(vbar.index(s))
+
+
+def descriptors(q8, k8, vt8, BLOCK_M, BLOCK_N):
+    """Host-side TMA descriptors: q8, k8 (B·H, N, D), vt8 (B·H, D, N) E4M3, contiguous."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    D = q8.shape[-1]
+    f8 = gl.float8e4nv
+    q2, k2, v2 = q8.reshape(-1, D), k8.reshape(-1, D), vt8.reshape(-1, vt8.shape[-1])
+    qd = TensorDescriptor.from_tensor(q2, [BLOCK_M, D], gl.NVMMASharedLayout.get_default_for([BLOCK_M, D], f8))
+    kd = TensorDescriptor.from_tensor(k2, [BLOCK_N, D], gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], f8))
+    vd = TensorDescriptor.from_tensor(v2, [D, BLOCK_N], gl.NVMMASharedLayout.get_default_for([D, BLOCK_N], f8))
+    return qd, kd, vd
+
+
+def probe_attention(q8, k8, vt8, c, *, BLOCK_M=64, BLOCK_N=128, STAGES=3, num_warps=4):
+    import torch
+
+    BH, N, D = q8.shape
+    out = torch.empty((BH, N, D), device=q8.device, dtype=torch.bfloat16)
+    qd, kd, vd = descriptors(q8, k8, vt8, BLOCK_M, BLOCK_N)
+    fa_fp8_probe[(N // BLOCK_M, BH)](qd, kd, vd, out, N, c, out.stride(0), out.stride(1), BLOCK_M=BLOCK_M,
+                                     BLOCK_N=BLOCK_N, HEAD_DIM=D, STAGES=STAGES, num_warps=num_warps)
+    return out
+
+
+def main(path):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    info = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__, "rows": []}
+    for B, H, N, D in ((1, 40, 32768, 128), (1, 40, 75520, 128)):  # whole 256-key pairs (unrolled loop)
+        q = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
+        q8, k8 = (t.to(torch.float8_e4m3fn) for t in (q, k))
+        vt8 = v.transpose(1, 2).contiguous().to(torch.float8_e4m3fn)
+        c = D ** -0.5 * 1.4426950408889634
+        flops = 4 * B * H * N * N * D
+
+        def bench(fn, reps=5):
+            fn()
+            torch.cuda.synchronize()
+            ts = []
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b))
+            return sorted(ts)[len(ts) // 2]
+
+        qb, kb, vb = (t.view(B, H, N, D) for t in (q, k, v))
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            cud = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qb, kb, vb))
+        # reference for the probe's numerics: fp32 attention of the E4M3 values (P̃ rounding is the only gap)
+        rows = slice(0, 256)
+        ref = torch.softmax((q8[:, rows].float() @ k8.float().transpose(1, 2)) * D ** -0.5, -1) @ vt8.float().transpose(1, 2)
+        info["rows"].append({"N": N, "backend": "sdpa-cudnn-bf16", "ms": cud, "tflops": flops / cud / 1e9})
+        print(f"N={N}: cuDNN {cud:.2f} ms ({flops / cud / 1e9:.0f} TFLOP/s)", flush=True)
+        # the library's Triton kernels on the same tensors, kernel only (pre-pass done once before)
+        from lowbit_video.kernels.launch import split_call
+
+        for label, recipe, cfg in (("triton mxattention[no-P-quant] kernel", "mxattention", {"PQ": False}),
+                                   ("triton mxattention kernel", "mxattention", None),
+                                   ("triton sage2-int8 kernel", "sage2-int8", None)):
+            try:
+                _, kern, _ = split_call(qb, kb, vb, recipe, config=cfg)
+                ms = bench(kern)
+                row = {"N": N, "backend": label, "ms": ms, "tflops": flops / ms / 1e9, "ratio_cudnn": cud / ms}
+            except Exception as e:
+                row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            info["rows"].append(row)
+            print(row, flush=True)
+        for bm, st, w in ((64, 3, 4), (64, 2, 4), (128, 2, 8), (128, 3, 8)):
+            label = f"gluon-fp8 BM{bm} S{st} W{w}"
+            try:
+                fn = lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=bm, STAGES=st, num_warps=w)  # noqa: E731
+                o = fn()
+                torch.cuda.synchronize()
+                err = float((o[:, rows].float() - ref).norm() / ref.norm())
+                ms = bench(fn)
+                row = {"N": N, "backend": label, "ms": ms, "tflops": flops / ms / 1e9, "ratio_cudnn": cud / ms,
+                       "rel_l2_vs_fp32_of_e4m3": err}
+            except Exception as e:  # a config that does not compile or fit is reported, not fatal
+                row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            info["rows"].append(row)
+            print(row, flush=True)
+        del q, k, v, q8, k8, vt8
+        torch.cuda.empty_cache()
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
