@@ -163,7 +163,7 @@ def _config(variant: str, head_dim: int) -> dict:
 
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
-               "TMA": bool}
+               "TMA": bool, "maxnreg": int}
 
 
 def with_overrides(defaults: dict, config: dict | None, types: dict, what: str) -> dict:
@@ -189,6 +189,8 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         raise ValueError(f"kernel config num_warps must be 1, 2, 4, 8 or 16, got {cfg['num_warps']}")
     if not 1 <= cfg["NUM_STAGES"] <= 8:
         raise ValueError(f"kernel config NUM_STAGES must be in 1..8, got {cfg['NUM_STAGES']}")
+    if cfg.get("maxnreg", 0) and not 64 <= cfg["maxnreg"] <= 255:
+        raise ValueError(f"kernel config maxnreg must be 0 (the compiler's choice) or in 64..255, got {cfg['maxnreg']}")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -366,6 +368,8 @@ def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pro
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
         PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False), PIPE=cfg.get("PIPE", False),
         WS=cfg.get("WS", False), TMA=tma,
+        # a register cap per thread lets more CTAs share an SM (the kernels otherwise take all 255)
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
 
 

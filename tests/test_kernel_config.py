@@ -19,6 +19,7 @@ def test_defaults_are_the_measured_ones_and_overrides_apply():
     assert (sage["PIPE"], sage["BLOCK_M"], sage["num_warps"]) == (False, 64, 4)
     over = merged_config("mx", 128, {"PIPE": False, "NUM_STAGES": 3})
     assert over["PIPE"] is False and over["NUM_STAGES"] == 3 and over["BLOCK_M"] == 128
+    assert "maxnreg" not in mx and merged_config("sage", 128, {"maxnreg": 168})["maxnreg"] == 168
 
 
 @pytest.mark.parametrize("config,msg", [({"num_stages": 3}, "unknown kernel config key 'num_stages'"),
@@ -27,7 +28,9 @@ def test_defaults_are_the_measured_ones_and_overrides_apply():
                                         ({"BLOCK_M": 96}, "BLOCK_M must be a power of two"),
                                         ({"num_warps": 3}, "num_warps must be"),
                                         ({"NUM_STAGES": 0}, "NUM_STAGES must be in 1..8"),
-                                        ({"WS": True}, "WS .* needs num_warps=8")])
+                                        ({"WS": True}, "WS .* needs num_warps=8"),
+                                        ({"maxnreg": 32}, "maxnreg must be 0 .* or in 64..255"),
+                                        ({"maxnreg": 300}, "maxnreg must be 0 .* or in 64..255")])
 def test_bad_kernel_config_is_refused(config, msg):
     from lowbit_video.kernels.launch import merged_config
 

@@ -322,6 +322,20 @@ def test_pipelined_key_loop_equals_plain_loop_on_gpu(recipe):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention"])
+def test_register_cap_changes_no_bits_on_gpu(recipe):
+    """config maxnreg caps the registers per thread (more CTAs per SM, some spilling); the arithmetic and its
+    order are the same code, so the output is bit-identical to the uncapped kernel's."""
+    from lowbit_video.kernels.launch import attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 3, 300, 1000, 128, outliers=True, seed=11))
+    a = attention(q, k, v, recipe, config=dict(NUM_STAGES=2))
+    b = attention(q, k, v, recipe, config=dict(NUM_STAGES=2, maxnreg=168))
+    assert torch.equal(a, b), (a.float() - b.float()).abs().max().item()
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("layout", ["BHND", "BNHD"])
 def test_tma_loads_equal_pointer_loads_on_gpu(layout):
     """sage2-int8 with K / Vᵀ through TMA descriptors vs pointer loads on the GPU: the same tiles, so equal."""

@@ -157,18 +157,19 @@ def descriptors(q8, k8, vt8, BLOCK_M, BLOCK_N):
     return qd, kd, vd
 
 
-def probe_attention(q8, k8, vt8, c, *, BLOCK_M=64, BLOCK_N=128, STAGES=3, num_warps=4):
+def probe_attention(q8, k8, vt8, c, *, BLOCK_M=64, BLOCK_N=128, STAGES=3, num_warps=4, maxnreg=None):
     import torch
 
     BH, N, D = q8.shape
     out = torch.empty((BH, N, D), device=q8.device, dtype=torch.bfloat16)
     qd, kd, vd = descriptors(q8, k8, vt8, BLOCK_M, BLOCK_N)
     fa_fp8_probe[(N // BLOCK_M, BH)](qd, kd, vd, out, N, c, out.stride(0), out.stride(1), BLOCK_M=BLOCK_M,
-                                     BLOCK_N=BLOCK_N, HEAD_DIM=D, STAGES=STAGES, num_warps=num_warps)
+                                     BLOCK_N=BLOCK_N, HEAD_DIM=D, STAGES=STAGES, num_warps=num_warps,
+                                     **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
 
-def main(path):
+def main(path, configs=((64, 3, 4, None), (64, 2, 4, None), (128, 2, 8, None), (128, 3, 8, None)), triton_rows=True):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -207,9 +208,10 @@ def main(path):
         # the library's Triton kernels on the same tensors, kernel only (pre-pass done once before)
         from lowbit_video.kernels.launch import split_call
 
-        for label, recipe, cfg in (("triton mxattention[no-P-quant] kernel", "mxattention", {"PQ": False}),
-                                   ("triton mxattention kernel", "mxattention", None),
-                                   ("triton sage2-int8 kernel", "sage2-int8", None)):
+        triton_kernels = (("triton mxattention[no-P-quant] kernel", "mxattention", {"PQ": False}),
+                          ("triton mxattention kernel", "mxattention", None),
+                          ("triton sage2-int8 kernel", "sage2-int8", None))
+        for label, recipe, cfg in triton_kernels if triton_rows else ():
             try:
                 _, kern, _ = split_call(qb, kb, vb, recipe, config=cfg)
                 ms = bench(kern)
@@ -218,10 +220,10 @@ def main(path):
                 row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             info["rows"].append(row)
             print(row, flush=True)
-        for bm, st, w in ((64, 3, 4), (64, 2, 4), (128, 2, 8), (128, 3, 8)):
-            label = f"gluon-fp8 BM{bm} S{st} W{w}"
+        for bm, st, w, mr in configs:
+            label = f"gluon-fp8 BM{bm} S{st} W{w}" + (f" maxnreg {mr}" if mr else "")
             try:
-                fn = lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=bm, STAGES=st, num_warps=w)  # noqa: E731
+                fn = lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=bm, STAGES=st, num_warps=w, maxnreg=mr)  # noqa: E731
                 o = fn()
                 torch.cuda.synchronize()
                 err = float((o[:, rows].float() - ref).norm() / ref.norm())
@@ -239,4 +241,7 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "--maxnreg":  # session 6, call 2: 3 CTAs per SM at 168 registers
+        main(sys.argv[1], configs=((64, 2, 4, None), (64, 2, 4, 168)), triton_rows=False)
+    else:
+        main(sys.argv[1])

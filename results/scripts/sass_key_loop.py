@@ -37,10 +37,12 @@ def compile_attn(mode: int, overrides: dict):
     const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=True, RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
                  PROMOTE=True, PQ=True, BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, PLEV=15, SMQ=0, ROTV=False, PROW=False,
                  PIPE=True, WS=False, TMA=False, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
-    warps = 8
+    warps, opts = 8, {}
     for k, v in overrides.items():
         if k == "num_warps":
             warps = int(v)
+        elif k == "maxnreg":  # a compile option (.maxnreg), not a constexpr
+            opts["maxnreg"] = int(v)
         else:
             const[k] = eval(v)
     sig = {}
@@ -51,7 +53,7 @@ def compile_attn(mode: int, overrides: dict):
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n] != "constexpr" and n not in not16}
     src = ASTSource(fn=attn_fwd, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps,
-                                                                             num_stages=const["NUM_STAGES"]))
+                                                                             num_stages=const["NUM_STAGES"], **opts))
 
 
 def loops(sass: str, top: int = 2):
