@@ -6,7 +6,6 @@ after the softmax, not right after each wgmma).
 """
 import os
 import re
-import subprocess
 import sys
 
 import triton
@@ -17,11 +16,6 @@ from triton.runtime.jit import mangle_type
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gluon_probe import fa_fp8_probe  # noqa: E402
-
-
-def desc_type(block, dtype="fp8e4nv", gdt=gl.float8e4nv):
-    lay = gl.NVMMASharedLayout.get_default_for(block, gdt)
-    return f"tensordesc<{dtype}[{block[0]}, {block[1]}],{lay!r}>" if False else _mangled(block, lay)
 
 
 def _mangled(block, lay):
@@ -56,14 +50,10 @@ def compile_probe(BLOCK_M=64, STAGES=3, num_warps=4, BLOCK_N=128, D=128, fn=fa_f
 
 
 def report(kernel):
-    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with open("/tmp/gluon_probe.cubin", "wb") as f:
-        f.write(kernel.asm["cubin"])
-    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-sass", "/tmp/gluon_probe.cubin"],
-                          capture_output=True, text=True, check=True).stdout
-    res = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-resource-usage", "/tmp/gluon_probe.cubin"],
-                         capture_output=True, text=True, check=True).stdout
-    print(" ".join(re.findall(r"(REG:\d+|STACK:\d+)", res)), "shared", kernel.metadata.shared)
+    from sass_key_loop import sass_of
+
+    sass, usage = sass_of(kernel, "/tmp/gluon_probe.cubin")
+    print(usage)
     ins = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)

@@ -170,8 +170,12 @@ def probe_attention(q8, k8, vt8, c, *, BLOCK_M=64, BLOCK_N=128, STAGES=3, num_wa
 
 
 def main(path, configs=((64, 3, 4, None), (64, 2, 4, None), (128, 2, 8, None), (128, 3, 8, None)), triton_rows=True):
+    import statistics
+
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from lowbit_video.bench.kernels import cuda_times
 
     torch.manual_seed(0)
     info = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__, "rows": []}
@@ -185,17 +189,7 @@ def main(path, configs=((64, 3, 4, None), (64, 2, 4, None), (128, 2, 8, None), (
         flops = 4 * B * H * N * N * D
 
         def bench(fn, reps=5):
-            fn()
-            torch.cuda.synchronize()
-            ts = []
-            for _ in range(reps):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                ts.append(a.elapsed_time(b))
-            return sorted(ts)[len(ts) // 2]
+            return statistics.median(cuda_times(fn, warmup=1, reps=reps))
 
         qb, kb, vb = (t.view(B, H, N, D) for t in (q, k, v))
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):

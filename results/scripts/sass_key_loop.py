@@ -76,16 +76,21 @@ def loops(sass: str, top: int = 2):
     return out
 
 
+def sass_of(kernel, path="/tmp/attn_fwd.cubin"):
+    """(SASS text, "REG:n STACK:n shared n") of a compiled kernel, through the cuobjdump Triton ships."""
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with open(path, "wb") as f:
+        f.write(kernel.asm["cubin"])
+    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-sass", path],
+                          capture_output=True, text=True, check=True).stdout
+    res = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-resource-usage", path],
+                         capture_output=True, text=True, check=True).stdout
+    return sass, " ".join(re.findall(r"(REG:\d+|STACK:\d+)", res)) + f" shared {kernel.metadata.shared}"
+
+
 if __name__ == "__main__":
     mode = int(sys.argv[1])
-    kernel = compile_attn(mode, dict(a.split("=", 1) for a in sys.argv[2:]))
-    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with open("/tmp/attn_fwd.cubin", "wb") as f:
-        f.write(kernel.asm["cubin"])
-    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-sass", "/tmp/attn_fwd.cubin"],
-                          capture_output=True, text=True, check=True).stdout
-    res = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-resource-usage", "/tmp/attn_fwd.cubin"],
-                         capture_output=True, text=True, check=True).stdout
-    print(" ".join(re.findall(r"(REG:\d+|STACK:\d+)", res)), "shared", kernel.metadata.shared)
+    sass, usage = sass_of(compile_attn(mode, dict(a.split("=", 1) for a in sys.argv[2:])))
+    print(usage)
     for n, h in loops(sass):
         print(f"loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(20)))
