@@ -50,24 +50,12 @@ def compile_probe(BLOCK_M=64, STAGES=3, num_warps=4, BLOCK_N=128, D=128, fn=fa_f
 
 
 def report(kernel):
-    from sass_key_loop import sass_of
+    from sass_key_loop import loop_spans, sass_of
 
     sass, usage = sass_of(kernel, "/tmp/gluon_probe.cubin")
     print(usage)
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2).strip()))
-    at = {a: i for i, (a, _) in enumerate(ins)}
-    best = None
-    for i, (a, t) in enumerate(ins):
-        m = re.search(r"BRA\s.*?0x([0-9a-f]+)", t)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
-            s = at[int(m.group(1), 16)]
-            if best is None or i - s > best[1] - best[0]:
-                best = (s, i)
-    s, e = best
+    ins, found = loop_spans(sass)
+    _, s, e = found[0]
     out, run, mufu = [], 0, 0
     for _, t in ins[s:e + 1]:
         op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0]

@@ -56,8 +56,8 @@ def compile_attn(mode: int, overrides: dict):
                                                                              num_stages=const["NUM_STAGES"], **opts))
 
 
-def loops(sass: str, top: int = 2):
-    """(instructions, histogram) of the `top` longest backward-branch loops."""
+def loop_spans(sass: str):
+    """(instructions [(address, text)], [(length, first, last)] of every backward-branch loop, longest first)."""
     ins = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
@@ -69,8 +69,14 @@ def loops(sass: str, top: int = 2):
         m = re.search(r"BRA\s.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
             found.append((i - at[int(m.group(1), 16)] + 1, at[int(m.group(1), 16)], i))
+    return ins, sorted(found, reverse=True)
+
+
+def loops(sass: str, top: int = 2):
+    """(instructions, histogram) of the `top` longest backward-branch loops."""
+    ins, found = loop_spans(sass)
     out = []
-    for n, s, e in sorted(found, reverse=True)[:top]:
+    for n, s, e in found[:top]:
         h = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for _, t in ins[s:e + 1])
         out.append((n, h))
     return out
