@@ -35,15 +35,17 @@ def compile_probe(BLOCK_M=64, STAGES=3, num_warps=4, BLOCK_N=128, D=128, fn=fa_f
     names = fn.arg_names
     const = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=D, STAGES=STAGES, num_warps=num_warps, so_n=D)
     const.update(extra_const or {})
+    const = {k: v for k, v in const.items() if v is not None}  # None: leave the argument a runtime value
     sig = {"q_desc": _mangled([BLOCK_M, D], gl.NVMMASharedLayout.get_default_for([BLOCK_M, D], gl.float8e4nv)),
            "k_desc": _mangled([BLOCK_N, D], gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.float8e4nv)),
            "v_desc": _mangled([D, BLOCK_N], gl.NVMMASharedLayout.get_default_for([D, BLOCK_N], gl.float8e4nv)),
-           "O": "*bf16", "N": "i32", "c": "fp32", "so_bh": "i32"}
+           "O": "*bf16", "N": "i32", "c": "fp32", "so_bh": "i32", "so_n": "i32"}
     sig.update(extra_sig or {})
     for n in names:
         if n in const:
             sig[n] = "constexpr"
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "N", "so_bh") if n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "N", "so_bh", "so_n")
+             if n in names and n not in const}
     src = GluonASTSource(fn=fn, signature={n: sig[n] for n in names},
                          constexprs={(names.index(k),): v for k, v in const.items() if k in names}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
@@ -76,3 +78,10 @@ def report(kernel):
 if __name__ == "__main__":
     a = [int(x) for x in sys.argv[1:4]] if len(sys.argv) > 3 else [64, 3, 4]
     report(compile_probe(*a))
+
+
+def compile_ws(STAGES=2, PINGPONG=False, CONSUMER_REGS=232):
+    from gluon_probe import fa_fp8_ws_probe
+
+    return compile_probe(64, STAGES, 4, fn=fa_fp8_ws_probe,
+                         extra_const=dict(PINGPONG=PINGPONG, CONSUMER_REGS=CONSUMER_REGS, so_n=None))

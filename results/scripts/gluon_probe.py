@@ -23,7 +23,8 @@ import sys
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
 
 
 @gluon.jit
@@ -144,6 +145,127 @@ def fa_fp8_probe(q_desc, k_desc, v_desc, O, N, c, so_bh, so_n,
         mbarrier.invalidate(vbar.index(s))
 
 
+@gluon.jit
+def _ws_loader(k_desc, v_desc, k_s, v_s, kready, vready, empty, k_row0, v_row, n_tiles):
+    """One warp: K/Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
+    (Worker partitions take IR values only: the sizes come from the descriptors and buffers.)"""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BLOCK_N: gl.constexpr = k_s.shape[1]
+    for t in range(n_tiles):
+        s = t % STAGES
+        # the first pass over the ring needs no release (parity trick: wait on the phase before phase 0)
+        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
+        mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BLOCK_N, 0], kready.index(s), k_s.index(s))
+        mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [v_row, t * BLOCK_N], vready.index(s), v_s.index(s))
+
+
+@gluon.jit
+def _ws_consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n):
+    _ws_consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n, 0)
+
+
+@gluon.jit
+def _ws_consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n):
+    _ws_consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n, 1)
+
+
+@gluon.jit
+def _ws_consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n,
+                 WG: gl.constexpr):
+    """One warpgroup: 64 query rows against every key tile (the serial order ptxas keeps: QKᵀ(j+1) and P̃·V(j)
+    issued together after softmax(j)). The two consumers share the K/Vᵀ stages and run out of phase, so one's
+    softmax runs while the other's MMAs do; PINGPONG enforces the alternation (FlashAttention-3's schedule)
+    with two mbarriers: a warpgroup issues its MMAs only on its turn, then hands the turn over (`turn` has two
+    barriers when PINGPONG, one otherwise: worker partitions take IR values only, so flags travel as shapes)."""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BLOCK_N: gl.constexpr = k_s.shape[1]
+    HEAD_DIM: gl.constexpr = k_s.shape[2]
+    PINGPONG: gl.constexpr = turn.shape[0] == 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    qw = q_s.index(WG)
+    mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row + WG * 64, 0], qbar.index(WG), qw)
+    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([64], gl.float32, row_s)
+    acc = gl.zeros([64, HEAD_DIM], gl.float32, o_layout)
+    zero_s = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
+    if PINGPONG:
+        if WG == 1:
+            mbarrier.arrive(turn.index(0))  # warpgroup 0 takes the first turn
+    mbarrier.wait(qbar.index(WG), 0)
+    mbarrier.wait(kready.index(0), 0)
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), 0)
+    s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+    for j in range(n_tiles):
+        st = j % STAGES
+        nx = (j + 1) % STAGES
+        has_next = j + 1 < n_tiles
+        p, alpha, m_i, l_i = _softmax(s_cur, m_i, l_i, c, p_layout)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+        if PINGPONG:
+            if j > 0:
+                mbarrier.wait(turn.index(WG), j & 1)
+        mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1, pred=has_next)
+        s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(vready.index(st), (j // STAGES) & 1)
+        acc_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - WG))
+        s_cur, acc = warpgroup_mma_wait(0, deps=(s_tok, acc_tok))
+        mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
+    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    offs_m = out_row0 + WG * 64 + gl.arange(0, 64, row_o)
+    offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, o_layout))
+    gl.store(O + offs_m[:, None] * so_n + offs_d[None, :], out.to(gl.bfloat16))
+
+
+@gluon.jit
+def fa_fp8_ws_probe(q_desc, k_desc, v_desc, O, N, c, so_bh, so_n,
+                    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """Warp-specialized: two consumer warpgroups (64 query rows each, one 128-row tile per program) and a
+    one-warp TMA loader. q_desc blocks are [64, D]. N a multiple of BLOCK_N. O (B·H, N, D) bf16."""
+    pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    n_tiles = N // BLOCK_N
+    q_s = gl.allocate_shared_memory(gl.float8e4nv, [2, 64, HEAD_DIM], q_desc.layout)
+    k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
+    qbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2 if PINGPONG else 1, 1], mbarrier.MBarrierLayout())
+    kready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    vready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(qbar.index(i), count=1)
+    for i in gl.static_range(2 if PINGPONG else 1):
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(kready.index(i), count=1)
+        mbarrier.init(vready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one release per consumer warpgroup
+    fence_async_shared()
+    q_row = bh * N + pid_m * 128
+    out = O + bh.to(gl.int64) * so_bh
+    common = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, out, n_tiles, c, q_row, pid_m * 128, so_n)
+    gl.warp_specialize([
+        (_ws_consumer0, common),
+        (_ws_consumer1, common),
+        (_ws_loader, (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * N, bh * HEAD_DIM, n_tiles)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
 def descriptors(q8, k8, vt8, BLOCK_M, BLOCK_N):
     """Host-side TMA descriptors: q8, k8 (B·H, N, D), vt8 (B·H, D, N) E4M3, contiguous."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -167,6 +289,70 @@ def probe_attention(q8, k8, vt8, c, *, BLOCK_M=64, BLOCK_N=128, STAGES=3, num_wa
                                      BLOCK_N=BLOCK_N, HEAD_DIM=D, STAGES=STAGES, num_warps=num_warps,
                                      **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
+
+
+def probe_ws_attention(q8, k8, vt8, c, *, STAGES=2, PINGPONG=False, CONSUMER_REGS=232, BLOCK_N=128):
+    """The warp-specialized probe: one program per 128 query rows (two 64-row consumer warpgroups)."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    BH, N, D = q8.shape
+    out = torch.empty((BH, N, D), device=q8.device, dtype=torch.bfloat16)
+    f8 = gl.float8e4nv
+    qd = TensorDescriptor.from_tensor(q8.reshape(-1, D), [64, D], gl.NVMMASharedLayout.get_default_for([64, D], f8))
+    _, kd, vd = descriptors(q8, k8, vt8, 64, BLOCK_N)
+    fa_fp8_ws_probe[(N // 128, BH)](qd, kd, vd, out, N, c, out.stride(0), out.stride(1), BLOCK_N=BLOCK_N, HEAD_DIM=D,
+                                    STAGES=STAGES, PINGPONG=PINGPONG, CONSUMER_REGS=CONSUMER_REGS, num_warps=4)
+    return out
+
+
+def main_ws(path):
+    """Session 6, call 3: the warp-specialized probe against cuDNN and the single-partition probe, same run."""
+    import statistics
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from lowbit_video.bench.kernels import cuda_times
+
+    torch.manual_seed(0)
+    info = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__, "rows": []}
+    for B, H, N, D in ((1, 40, 32768, 128), (1, 40, 75520, 128)):
+        q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q8, k8 = (t.to(torch.float8_e4m3fn) for t in (q, k))
+        vt8 = v.transpose(1, 2).contiguous().to(torch.float8_e4m3fn)
+        c = D ** -0.5 * 1.4426950408889634
+        flops = 4 * B * H * N * N * D
+        rows = slice(0, 256)
+        ref = torch.softmax((q8[:, rows].float() @ k8.float().transpose(1, 2)) * D ** -0.5, -1) @ vt8.float().transpose(1, 2)
+        qb, kb, vb = (t.view(B, H, N, D) for t in (q, k, v))
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            cud = statistics.median(cuda_times(lambda: torch.nn.functional.scaled_dot_product_attention(qb, kb, vb),
+                                               warmup=1, reps=5))
+        info["rows"].append({"N": N, "backend": "sdpa-cudnn-bf16", "ms": cud, "tflops": flops / cud / 1e9})
+        print(f"N={N}: cuDNN {cud:.2f} ms", flush=True)
+        runs = [("gluon-fp8 BM64 S2 W4 (single partition)",
+                 lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=64, STAGES=2, num_warps=4))]
+        for st in (2, 3, 4):
+            for pp in (False, True):
+                runs.append((f"gluon-fp8 ws 2x64 S{st}" + (" pingpong" if pp else ""),
+                             lambda st=st, pp=pp: probe_ws_attention(q8, k8, vt8, c, STAGES=st, PINGPONG=pp)))
+        for label, fn in runs:
+            try:
+                o = fn()
+                torch.cuda.synchronize()
+                err = float((o[:, rows].float() - ref).norm() / ref.norm())
+                ms = statistics.median(cuda_times(fn, warmup=1, reps=5))
+                row = {"N": N, "backend": label, "ms": ms, "tflops": flops / ms / 1e9, "ratio_cudnn": cud / ms,
+                       "rel_l2_vs_fp32_of_e4m3": err}
+            except Exception as e:
+                row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            info["rows"].append(row)
+            print(row, flush=True)
+            with open(path, "w") as f:
+                json.dump(info, f, indent=1)
+        del q, k, v, q8, k8, vt8, ref
+        torch.cuda.empty_cache()
 
 
 def main(path, configs=((64, 3, 4, None), (64, 2, 4, None), (128, 2, 8, None), (128, 3, 8, None)), triton_rows=True):
@@ -235,7 +421,9 @@ def main(path, configs=((64, 3, 4, None), (64, 2, 4, None), (128, 2, 8, None), (
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[2] == "--maxnreg":  # session 6, call 2: 3 CTAs per SM at 168 registers
+    if len(sys.argv) > 2 and sys.argv[2] == "--ws":  # session 6, call 3: two consumer warpgroups + a loader warp
+        main_ws(sys.argv[1])
+    elif len(sys.argv) > 2 and sys.argv[2] == "--maxnreg":  # session 6, call 2: 3 CTAs per SM at 168 registers
         main(sys.argv[1], configs=((64, 2, 4, None), (64, 2, 4, 168)), triton_rows=False)
     else:
         main(sys.argv[1])
