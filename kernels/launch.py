@@ -163,7 +163,7 @@ def _config(variant: str, head_dim: int) -> dict:
 
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
-               "TMA": bool, "maxnreg": int}
+               "TMA": bool, "maxnreg": int, "GLUON": bool}
 
 
 def with_overrides(defaults: dict, config: dict | None, types: dict, what: str) -> dict:
@@ -191,6 +191,8 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         raise ValueError(f"kernel config NUM_STAGES must be in 1..8, got {cfg['NUM_STAGES']}")
     if cfg.get("maxnreg", 0) and not 64 <= cfg["maxnreg"] <= 255:
         raise ValueError(f"kernel config maxnreg must be 0 (the compiler's choice) or in 64..255, got {cfg['maxnreg']}")
+    if cfg.get("GLUON") and variant != "sage":
+        raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8 only")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -348,8 +350,16 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         # the exact bf16 fallbacks double the K/V tile bytes: PIPE's 4 stages do not fit in shared memory
         # (327724 B > 232448 on the H200), the unpipelined 3-stage loop does
         cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
-    grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
-    _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
+    if cfg.get("GLUON"):
+        # sage2-int8 through the warp-specialized Gluon kernel (kernels/gluon_sage.py)
+        if has_kpm or not promote:
+            raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
+        from . import gluon_sage
+
+        gluon_sage.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, stages=min(cfg["NUM_STAGES"], 2))
+    else:
+        grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
+        _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
     st._bad = bad if P["mode"] == MODE_MX else None
     last_stats = st
     return out

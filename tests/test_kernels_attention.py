@@ -136,6 +136,34 @@ def test_kernel_matches_reference(recipe, outliers, shape, layout):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("outliers", [False, True])
+@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
+                                          ((1, 1, 1, 130, 128), "BHND")])
+def test_gluon_sage_kernel_matches_reference(outliers, shape, layout):
+    """config GLUON: sage2-int8 through the warp-specialized Gluon kernel, held to the same bound against the
+    reference engine as the Triton kernel (same operands and arithmetic; only fp32 rounding order may differ),
+    and within a few output ulps of the Triton kernel. Shapes: ragged tiles, q_len != kv_len, one query."""
+    from lowbit_video.kernels.launch import attention
+
+    b, h, nq, nk, d = shape
+    q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
+    args = [to_layout(t, layout).cuda() for t in (q, k, v)]
+    out = attention(*args, "sage2-int8", layout=layout, config={"GLUON": True})
+    check_against_reference("sage2-int8", q, k, v, from_layout(out, layout))
+    tri = attention(*args, "sage2-int8", layout=layout)
+    assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3  # bf16 output: ~1 ulp where rounding differs
+
+
+def test_gluon_config_is_refused_where_it_does_not_apply():
+    from lowbit_video.kernels.launch import merged_config
+
+    with pytest.raises(ValueError, match="GLUON .* sage2-int8 only"):
+        merged_config("mx", 128, {"GLUON": True})
+    assert merged_config("sage", 128, {"GLUON": True})["GLUON"] is True
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layout", ["BHND", "BNHD"])
 def test_dense_kernel_matches_sdpa_with_mask(dtype, layout):
