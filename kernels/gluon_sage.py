@@ -84,6 +84,9 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     zero_o = gl.zeros([64, D], gl.float32, o_layout)
 
+    # the key scales of the next tile are loaded one iteration ahead: a load used at once stalls every tile
+    offs_n0 = gl.arange(0, BN, col_s)
+    ks_next = gl.load(KS + offs_n0, mask=offs_n0 < n_kv, other=0.0)
     mbarrier.wait(qbar.index(WG), 0)
     mbarrier.wait(kready.index(0), 0)
     s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -91,9 +94,10 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     for j in range(n_tiles):
         st = j % STAGES
         nx = (j + 1) % STAGES
-        offs_n = j * BN + gl.arange(0, BN, col_s)
+        offs_n = j * BN + offs_n0
         inb = offs_n < n_kv
-        ks = gl.load(KS + offs_n, mask=inb, other=0.0)
+        ks = ks_next
+        ks_next = gl.load(KS + offs_n + BN, mask=offs_n + BN < n_kv, other=0.0)
         qk = s_cur.to(gl.float32) * ks[None, :]
         qk = gl.where(inb[None, :], qk, float("-inf"))  # keys past n_kv (the ragged last tile) drop out
         m_new = gl.maximum(m_i, gl.max(qk, axis=1) * c_row)
