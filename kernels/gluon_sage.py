@@ -84,9 +84,12 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     zero_o = gl.zeros([64, D], gl.float32, o_layout)
 
-    # the key scales of the next tile are loaded one iteration ahead: a load used at once stalls every tile
+    # the key scales of the next tile are loaded one iteration ahead (a load used at once stalls every tile),
+    # one per thread (coalesced, one register), then spread onto the logits' columns when used
+    ks_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs_k = gl.arange(0, BN, ks_layout)
     offs_n0 = gl.arange(0, BN, col_s)
-    ks_next = gl.load(KS + offs_n0, mask=offs_n0 < n_kv, other=0.0)
+    ks_next = gl.load(KS + offs_k, mask=offs_k < n_kv, other=0.0)
     mbarrier.wait(qbar.index(WG), 0)
     mbarrier.wait(kready.index(0), 0)
     s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -96,8 +99,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
         nx = (j + 1) % STAGES
         offs_n = j * BN + offs_n0
         inb = offs_n < n_kv
-        ks = ks_next
-        ks_next = gl.load(KS + offs_n + BN, mask=offs_n + BN < n_kv, other=0.0)
+        ks = gl.convert_layout(ks_next, col_s)
+        ks_next = gl.load(KS + offs_k + (j + 1) * BN, mask=offs_k + (j + 1) * BN < n_kv, other=0.0)
         qk = s_cur.to(gl.float32) * ks[None, :]
         qk = gl.where(inb[None, :], qk, float("-inf"))  # keys past n_kv (the ragged last tile) drop out
         m_new = gl.maximum(m_i, gl.max(qk, axis=1) * c_row)
@@ -107,14 +110,15 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
         l_i = l_i * alpha + gl.sum(y, axis=1)
         m_i = m_new
         p8 = gl.convert_layout(y.to(gl.float8e4nv), p_layout)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         has_next = j + 1 < n_tiles  # if not, the QKᵀ below reads a stale stage and its result is unused
         mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1, pred=has_next)
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(vready.index(st), (j // STAGES) & 1)
         pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
         s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
-        acc = acc + pv  # the tile's FP8 product promoted into the fp32 accumulator
+        # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled here, after the wait:
+        # fewer registers live while the MMAs run)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
         mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
@@ -163,7 +167,7 @@ def sage_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, sqs_bh, sks_bh, svs_bh, s
         (_consumer0, args),
         (_consumer1, args),
         (_loader, (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)),
-    ], [4, 1], [232, 24])
+    ], [4, 1], [240, 24])
 
 
 def descriptors(qq, kk, vv):

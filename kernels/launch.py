@@ -356,7 +356,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
             raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
         from . import gluon_sage
 
-        gluon_sage.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, stages=min(cfg["NUM_STAGES"], 2))
+        gluon_sage.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, stages=min(cfg["NUM_STAGES"], 4))
     else:
         grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
