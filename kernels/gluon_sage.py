@@ -59,11 +59,46 @@ def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O
 
 
 @gluon.jit
+def _tile(j, s_cur, acc, m_i, l_i, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k, offs_n0, n_kv,
+          n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr, row_o: gl.constexpr,
+          MASKED: gl.constexpr):
+    """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) and P̃·V(j) issued, one wait."""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    st = j % STAGES
+    nx = (j + 1) % STAGES
+    ks = gl.convert_layout(ks_next, col_s)
+    ks_next = gl.load(KS + offs_k + (j + 1) * BN, mask=offs_k + (j + 1) * BN < n_kv, other=0.0)
+    qk = s_cur.to(gl.float32) * ks[None, :]
+    if MASKED:
+        qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(qk, axis=1) * c_row)
+    if MASKED:
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    alpha = gl.exp2(m_i - m_use)
+    y = gl.exp2(qk * c_row[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
+    l_i = l_i * alpha + gl.sum(y, axis=1)
+    p8 = gl.convert_layout(y.to(gl.float8e4nv), p_layout)
+    has_next = j + 1 < n_tiles  # if not, the QKᵀ below reads a stale stage and its result is unused
+    mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1, pred=has_next)
+    s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(vready.index(st), (j // STAGES) & 1)
+    pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+    s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
+    # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled after the wait: fewer
+    # registers live while the MMAs run)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
+    mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
+    return s_cur, acc, m_new, l_i, ks_next
+
+
+@gluon.jit
 def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, WG: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
     issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
-    STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
@@ -94,32 +129,16 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     mbarrier.wait(kready.index(0), 0)
     s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
-    for j in range(n_tiles):
-        st = j % STAGES
-        nx = (j + 1) % STAGES
-        offs_n = j * BN + offs_n0
-        inb = offs_n < n_kv
-        ks = gl.convert_layout(ks_next, col_s)
-        ks_next = gl.load(KS + offs_k + (j + 1) * BN, mask=offs_k + (j + 1) * BN < n_kv, other=0.0)
-        qk = s_cur.to(gl.float32) * ks[None, :]
-        qk = gl.where(inb[None, :], qk, float("-inf"))  # keys past n_kv (the ragged last tile) drop out
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * c_row)
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_use)
-        y = gl.exp2(qk * c_row[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
-        l_i = l_i * alpha + gl.sum(y, axis=1)
-        m_i = m_new
-        p8 = gl.convert_layout(y.to(gl.float8e4nv), p_layout)
-        has_next = j + 1 < n_tiles  # if not, the QKᵀ below reads a stale stage and its result is unused
-        mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1, pred=has_next)
-        s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(vready.index(st), (j // STAGES) & 1)
-        pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-        s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
-        # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled here, after the wait:
-        # fewer registers live while the MMAs run)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
-        mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
+    # whole tiles unmasked, the ragged last one (if any) with its keys past n_kv dropped
+    n_full = n_kv // BN
+    for j in range(n_full):
+        s_cur, acc, m_i, l_i, ks_next = _tile(j, s_cur, acc, m_i, l_i, ks_next, c_row, qw, k_s, v_s, kready, vready,
+                                              empty, KS, offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o,
+                                              p_layout, col_s, row_o, False)
+    if n_full < n_tiles:
+        s_cur, acc, m_i, l_i, ks_next = _tile(n_full, s_cur, acc, m_i, l_i, ks_next, c_row, qw, k_s, v_s, kready,
+                                              vready, empty, KS, offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s,
+                                              zero_o, p_layout, col_s, row_o, True)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
