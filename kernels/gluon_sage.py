@@ -69,10 +69,8 @@ def _tile(j, s_cur, acc, m_i, l_i, ks_next, c_row, qw, k_s, v_s, kready, vready,
     nx = (j + 1) % STAGES
     ks = gl.convert_layout(ks_next, col_s)
     ks_next = gl.load(KS + offs_k + (j + 1) * BN, mask=offs_k + (j + 1) * BN < n_kv, other=0.0)
-    # int32 → fp32 without I2F: bits(1.5·2^23 + s) − 1.5·2^23 is s exactly (|s| ≤ 127²·128 < 2^22); I2F runs on
-    # the quarter-rate pipe the exp2 and the E4M3 casts already saturate, the integer and float adds do not
-    sf = (s_cur + 0x4B400000).to(gl.float32, bitcast=True) - 12582912.0
-    qk = sf * ks[None, :]
+    # (the exact magic-number conversion bits(1.5·2^23 + s) − 1.5·2^23 instead of I2F measured no faster: call 8)
+    qk = s_cur.to(gl.float32) * ks[None, :]
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(qk, axis=1) * c_row)
