@@ -18,6 +18,7 @@ as the A operand of the FP8 P̃·V MMA (from registers), fp32 accumulator, outpu
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import triton
@@ -25,6 +26,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from kernels.gluon_sage import _loader  # noqa: E402  (the library's TMA loader partition, shared)
 
 
 @gluon.jit
@@ -146,22 +150,6 @@ def fa_fp8_probe(q_desc, k_desc, v_desc, O, N, c, so_bh, so_n,
 
 
 @gluon.jit
-def _ws_loader(k_desc, v_desc, k_s, v_s, kready, vready, empty, k_row0, v_row, n_tiles):
-    """One warp: K/Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
-    (Worker partitions take IR values only: the sizes come from the descriptors and buffers.)"""
-    STAGES: gl.constexpr = k_s.shape[0]
-    BLOCK_N: gl.constexpr = k_s.shape[1]
-    for t in range(n_tiles):
-        s = t % STAGES
-        # the first pass over the ring needs no release (parity trick: wait on the phase before phase 0)
-        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
-        mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BLOCK_N, 0], kready.index(s), k_s.index(s))
-        mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [v_row, t * BLOCK_N], vready.index(s), v_s.index(s))
-
-
-@gluon.jit
 def _ws_consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n):
     _ws_consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, turn, O, n_tiles, c, q_row, out_row0, so_n, 0)
 
@@ -262,7 +250,7 @@ def fa_fp8_ws_probe(q_desc, k_desc, v_desc, O, N, c, so_bh, so_n,
     gl.warp_specialize([
         (_ws_consumer0, common),
         (_ws_consumer1, common),
-        (_ws_loader, (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * N, bh * HEAD_DIM, n_tiles)),
+        (_loader, (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * N, bh * HEAD_DIM, n_tiles)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
