@@ -294,8 +294,41 @@ def probe_ws_attention(q8, k8, vt8, c, *, STAGES=2, PINGPONG=False, CONSUMER_REG
     return out
 
 
-def main_ws(path):
-    """Session 6, call 3: the warp-specialized probe against cuDNN and the single-partition probe, same run."""
+def _runs(mode, q8, k8, vt8, c, qb, kb, vb):
+    """(label, fn, compare with the fp32 reference) of each row `mode` measures on one shape's tensors."""
+    from lowbit_video.kernels.launch import split_call
+
+    def single(bm, st, w, mr=None):
+        label = f"gluon-fp8 BM{bm} S{st} W{w}" + (f" maxnreg {mr}" if mr else "")
+        return label, lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=bm, STAGES=st, num_warps=w, maxnreg=mr), True
+
+    def triton_kernel(label, recipe, cfg):
+        # the library's kernel on the same tensors, kernel only (its pre-pass runs once here); other numerics
+        try:
+            kern = split_call(qb, kb, vb, recipe, config=cfg)[1]
+        except Exception as e:  # reported in its row, like a probe config that does not compile
+            def kern(e=e):
+                raise e
+        return label, kern, False
+
+    if mode == "ws":  # session 6, call 3: two consumer warpgroups + a loader warp
+        runs = [("gluon-fp8 BM64 S2 W4 (single partition)", single(64, 2, 4)[1], True)]
+        for st in (2, 3, 4):
+            for pp in (False, True):
+                runs.append((f"gluon-fp8 ws 2x64 S{st}" + (" pingpong" if pp else ""),
+                             lambda st=st, pp=pp: probe_ws_attention(q8, k8, vt8, c, STAGES=st, PINGPONG=pp), True))
+        return runs
+    if mode == "maxnreg":  # session 6, call 2: 3 CTAs per SM at 168 registers
+        return [single(64, 2, 4), single(64, 2, 4, 168)]
+    return ([triton_kernel("triton mxattention[no-P-quant] kernel", "mxattention", {"PQ": False}),
+             triton_kernel("triton mxattention kernel", "mxattention", None),
+             triton_kernel("triton sage2-int8 kernel", "sage2-int8", None)]
+            + [single(64, 3, 4), single(64, 2, 4), single(128, 2, 8), single(128, 3, 8)])
+
+
+def main(path, mode="default"):
+    """Every row of `mode` (see _runs) against cuDNN bf16 on the same tensors, one process; the JSON is
+    rewritten after each row, so a run cut short keeps what it measured."""
     import statistics
 
     import torch
@@ -303,37 +336,35 @@ def main_ws(path):
 
     from lowbit_video.bench.kernels import cuda_times
 
+    def bench(fn):
+        return statistics.median(cuda_times(fn, warmup=1, reps=5))
+
     torch.manual_seed(0)
     info = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__, "rows": []}
-    for B, H, N, D in ((1, 40, 32768, 128), (1, 40, 75520, 128)):
+    for B, H, N, D in ((1, 40, 32768, 128), (1, 40, 75520, 128)):  # whole 256-key pairs (unrolled loop)
         q, k, v = (torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         q8, k8 = (t.to(torch.float8_e4m3fn) for t in (q, k))
         vt8 = v.transpose(1, 2).contiguous().to(torch.float8_e4m3fn)
         c = D ** -0.5 * 1.4426950408889634
         flops = 4 * B * H * N * N * D
-        rows = slice(0, 256)
-        ref = torch.softmax((q8[:, rows].float() @ k8.float().transpose(1, 2)) * D ** -0.5, -1) @ vt8.float().transpose(1, 2)
         qb, kb, vb = (t.view(B, H, N, D) for t in (q, k, v))
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            cud = statistics.median(cuda_times(lambda: torch.nn.functional.scaled_dot_product_attention(qb, kb, vb),
-                                               warmup=1, reps=5))
+            cud = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qb, kb, vb))
+        # reference for the probe's numerics: fp32 attention of the E4M3 values (P̃ rounding is the only gap)
+        rows = slice(0, 256)
+        ref = torch.softmax((q8[:, rows].float() @ k8.float().transpose(1, 2)) * D ** -0.5, -1) @ vt8.float().transpose(1, 2)
         info["rows"].append({"N": N, "backend": "sdpa-cudnn-bf16", "ms": cud, "tflops": flops / cud / 1e9})
-        print(f"N={N}: cuDNN {cud:.2f} ms", flush=True)
-        runs = [("gluon-fp8 BM64 S2 W4 (single partition)",
-                 lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=64, STAGES=2, num_warps=4))]
-        for st in (2, 3, 4):
-            for pp in (False, True):
-                runs.append((f"gluon-fp8 ws 2x64 S{st}" + (" pingpong" if pp else ""),
-                             lambda st=st, pp=pp: probe_ws_attention(q8, k8, vt8, c, STAGES=st, PINGPONG=pp)))
-        for label, fn in runs:
+        print(f"N={N}: cuDNN {cud:.2f} ms ({flops / cud / 1e9:.0f} TFLOP/s)", flush=True)
+        for label, fn, check in _runs(mode, q8, k8, vt8, c, qb, kb, vb):
             try:
-                o = fn()
-                torch.cuda.synchronize()
-                err = float((o[:, rows].float() - ref).norm() / ref.norm())
-                ms = statistics.median(cuda_times(fn, warmup=1, reps=5))
-                row = {"N": N, "backend": label, "ms": ms, "tflops": flops / ms / 1e9, "ratio_cudnn": cud / ms,
-                       "rel_l2_vs_fp32_of_e4m3": err}
-            except Exception as e:
+                row = {"N": N, "backend": label}
+                if check:
+                    o = fn()
+                    torch.cuda.synchronize()
+                    row["rel_l2_vs_fp32_of_e4m3"] = float((o[:, rows].float() - ref).norm() / ref.norm())
+                ms = bench(fn)
+                row.update(ms=ms, tflops=flops / ms / 1e9, ratio_cudnn=cud / ms)
+            except Exception as e:  # a config that does not compile or fit is reported, not fatal
                 row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             info["rows"].append(row)
             print(row, flush=True)
@@ -343,75 +374,5 @@ def main_ws(path):
         torch.cuda.empty_cache()
 
 
-def main(path, configs=((64, 3, 4, None), (64, 2, 4, None), (128, 2, 8, None), (128, 3, 8, None)), triton_rows=True):
-    import statistics
-
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from lowbit_video.bench.kernels import cuda_times
-
-    torch.manual_seed(0)
-    info = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__, "rows": []}
-    for B, H, N, D in ((1, 40, 32768, 128), (1, 40, 75520, 128)):  # whole 256-key pairs (unrolled loop)
-        q = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(B * H, N, D, device="cuda", dtype=torch.bfloat16)
-        q8, k8 = (t.to(torch.float8_e4m3fn) for t in (q, k))
-        vt8 = v.transpose(1, 2).contiguous().to(torch.float8_e4m3fn)
-        c = D ** -0.5 * 1.4426950408889634
-        flops = 4 * B * H * N * N * D
-
-        def bench(fn, reps=5):
-            return statistics.median(cuda_times(fn, warmup=1, reps=reps))
-
-        qb, kb, vb = (t.view(B, H, N, D) for t in (q, k, v))
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            cud = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qb, kb, vb))
-        # reference for the probe's numerics: fp32 attention of the E4M3 values (P̃ rounding is the only gap)
-        rows = slice(0, 256)
-        ref = torch.softmax((q8[:, rows].float() @ k8.float().transpose(1, 2)) * D ** -0.5, -1) @ vt8.float().transpose(1, 2)
-        info["rows"].append({"N": N, "backend": "sdpa-cudnn-bf16", "ms": cud, "tflops": flops / cud / 1e9})
-        print(f"N={N}: cuDNN {cud:.2f} ms ({flops / cud / 1e9:.0f} TFLOP/s)", flush=True)
-        # the library's Triton kernels on the same tensors, kernel only (pre-pass done once before)
-        from lowbit_video.kernels.launch import split_call
-
-        triton_kernels = (("triton mxattention[no-P-quant] kernel", "mxattention", {"PQ": False}),
-                          ("triton mxattention kernel", "mxattention", None),
-                          ("triton sage2-int8 kernel", "sage2-int8", None))
-        for label, recipe, cfg in triton_kernels if triton_rows else ():
-            try:
-                _, kern, _ = split_call(qb, kb, vb, recipe, config=cfg)
-                ms = bench(kern)
-                row = {"N": N, "backend": label, "ms": ms, "tflops": flops / ms / 1e9, "ratio_cudnn": cud / ms}
-            except Exception as e:
-                row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-            info["rows"].append(row)
-            print(row, flush=True)
-        for bm, st, w, mr in configs:
-            label = f"gluon-fp8 BM{bm} S{st} W{w}" + (f" maxnreg {mr}" if mr else "")
-            try:
-                fn = lambda: probe_attention(q8, k8, vt8, c, BLOCK_M=bm, STAGES=st, num_warps=w, maxnreg=mr)  # noqa: E731
-                o = fn()
-                torch.cuda.synchronize()
-                err = float((o[:, rows].float() - ref).norm() / ref.norm())
-                ms = bench(fn)
-                row = {"N": N, "backend": label, "ms": ms, "tflops": flops / ms / 1e9, "ratio_cudnn": cud / ms,
-                       "rel_l2_vs_fp32_of_e4m3": err}
-            except Exception as e:  # a config that does not compile or fit is reported, not fatal
-                row = {"N": N, "backend": label, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-            info["rows"].append(row)
-            print(row, flush=True)
-        del q, k, v, q8, k8, vt8
-        torch.cuda.empty_cache()
-    with open(path, "w") as f:
-        json.dump(info, f, indent=1)
-
-
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[2] == "--ws":  # session 6, call 3: two consumer warpgroups + a loader warp
-        main_ws(sys.argv[1])
-    elif len(sys.argv) > 2 and sys.argv[2] == "--maxnreg":  # session 6, call 2: 3 CTAs per SM at 168 registers
-        main(sys.argv[1], configs=((64, 2, 4, None), (64, 2, 4, 168)), triton_rows=False)
-    else:
-        main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2].lstrip("-") if len(sys.argv) > 2 else "default")  # --ws, --maxnreg
