@@ -193,6 +193,9 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         raise ValueError(f"kernel config maxnreg must be 0 (the compiler's choice) or in 64..255, got {cfg['maxnreg']}")
     if cfg.get("GLUON") and variant != "sage":
         raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8 only")
+    if cfg.get("GLUON") and cfg["NUM_STAGES"] < 2:
+        # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
+        raise ValueError("kernel config GLUON needs NUM_STAGES >= 2")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -356,7 +359,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
             raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
         from . import gluon_sage
 
-        gluon_sage.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, stages=min(cfg["NUM_STAGES"], 4))
+        gluon_sage.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, stages=cfg["NUM_STAGES"])
     else:
         grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])

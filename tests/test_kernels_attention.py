@@ -159,6 +159,8 @@ def test_gluon_config_is_refused_where_it_does_not_apply():
 
     with pytest.raises(ValueError, match="GLUON .* sage2-int8 only"):
         merged_config("mx", 128, {"GLUON": True})
+    with pytest.raises(ValueError, match="GLUON needs NUM_STAGES >= 2"):
+        merged_config("sage", 128, {"GLUON": True, "NUM_STAGES": 1})
     assert merged_config("sage", 128, {"GLUON": True})["GLUON"] is True
 
 
