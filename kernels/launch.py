@@ -191,8 +191,9 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         raise ValueError(f"kernel config NUM_STAGES must be in 1..8, got {cfg['NUM_STAGES']}")
     if cfg.get("maxnreg", 0) and not 64 <= cfg["maxnreg"] <= 255:
         raise ValueError(f"kernel config maxnreg must be 0 (the compiler's choice) or in 64..255, got {cfg['maxnreg']}")
-    if cfg.get("GLUON") and variant != "sage":
-        raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8 only")
+    if cfg.get("GLUON") and variant not in ("sage", "mx"):
+        raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8 and the "
+                         "MXFP4 recipes only")
     if cfg.get("GLUON") and cfg["NUM_STAGES"] < 2:
         # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
         raise ValueError("kernel config GLUON needs NUM_STAGES >= 2")
@@ -353,13 +354,14 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         # the exact bf16 fallbacks double the K/V tile bytes: PIPE's 4 stages do not fit in shared memory
         # (327724 B > 232448 on the H200), the unpipelined 3-stage loop does
         cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
-    if cfg.get("GLUON"):
-        # sage2-int8 through the warp-specialized Gluon kernel (kernels/gluon_sage.py)
-        if has_kpm or not promote:
-            raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
-        from . import gluon_sage
+    # the warp-specialized Gluon kernel (kernels/gluon_ws.py) takes 8-bit operands only: an MXFP4 pre-pass that
+    # fell back to bf16 operands for exactness (or exact_p) runs the Triton kernel, with the same numerics
+    if cfg.get("GLUON") and (has_kpm or not promote):
+        raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
+    if cfg.get("GLUON") and P["qq"].element_size() == 1 and P["vv"].element_size() == 1:
+        from . import gluon_ws
 
-        gluon_sage.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, stages=cfg["NUM_STAGES"])
+        gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"])
     else:
         grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])

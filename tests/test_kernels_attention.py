@@ -136,29 +136,68 @@ def test_kernel_matches_reference(recipe, outliers, shape, layout):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("recipe", ["sage2-int8"] + MX_RECIPES)
 @pytest.mark.parametrize("outliers", [False, True])
 @pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
                                           ((1, 1, 1, 130, 128), "BHND")])
-def test_gluon_sage_kernel_matches_reference(outliers, shape, layout):
-    """config GLUON: sage2-int8 through the warp-specialized Gluon kernel, held to the same bound against the
-    reference engine as the Triton kernel (same operands and arithmetic; only fp32 rounding order may differ),
-    and within a few output ulps of the Triton kernel. Shapes: ragged tiles, q_len != kv_len, one query."""
-    from lowbit_video.kernels.launch import attention
+def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
+    """config GLUON: the warp-specialized Gluon kernel (sage2-int8 and the MXFP4 recipes), held to the same bound
+    against the reference engine as the Triton kernel (same operands and arithmetic; only fp32 rounding order may
+    differ), and within a few output ulps of the Triton kernel. Shapes: ragged tiles, q_len != kv_len, one query."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
 
     b, h, nq, nk, d = shape
     q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
     args = [to_layout(t, layout).cuda() for t in (q, k, v)]
-    out = attention(*args, "sage2-int8", layout=layout, config={"GLUON": True})
-    check_against_reference("sage2-int8", q, k, v, from_layout(out, layout))
-    tri = attention(*args, "sage2-int8", layout=layout)
+    st = KernelStats()
+    out = attention(*args, recipe, layout=layout, config={"GLUON": True}, stats=st)
+    finalize_stats(st)
+    assert not st.qk_fallback and not st.v_fallback  # the Gluon kernel itself ran
+    check_against_reference(recipe, q, k, v, from_layout(out, layout))
+    tri = attention(*args, recipe, layout=layout)
     assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3  # bf16 output: ~1 ulp where rounding differs
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
+    """Peaky rows put many P̃ blocks below what E4M3 holds; the Gluon kernel counts them as the Triton kernel
+    does (equal up to the odd block whose fp32 exponent lands on the other side of a rule boundary)."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = make_qkv(1, 2, 300, 512, 64, outliers=False, dtype=torch.float32)
+    q = q * 4.0
+    counts = []
+    for config in ({"GLUON": True}, None):
+        st = KernelStats()
+        attention(q.cuda(), k.cuda(), v.cuda(), "mxattention", stats=st, config=config)
+        counts.append(finalize_stats(st).p_inexact_blocks)
+    assert counts[1] > 100
+    assert abs(counts[0] - counts[1]) <= max(2, counts[1] // 100), counts
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gluon_config_runs_the_triton_kernel_on_exact_bf16_fallbacks():
+    """A K block E4M3 cannot hold sends the MXFP4 pre-pass to bf16 operands, which the Gluon kernel does not
+    take: with config GLUON the Triton kernel runs them, and the result still meets the bound."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = make_qkv(1, 2, 128, 256, 128, outliers=False, dtype=torch.float32)
+    k[0, 0, 5, :32] *= 1e-7
+    st = KernelStats()
+    out = attention(q.cuda(), k.cuda(), v.cuda(), "mxfp4-ocp", stats=st, config={"GLUON": True})
+    finalize_stats(st)
+    assert st.qk_fallback
+    check_against_reference("mxfp4-ocp", q, k, v, out)
 
 
 def test_gluon_config_is_refused_where_it_does_not_apply():
     from lowbit_video.kernels.launch import merged_config
 
-    with pytest.raises(ValueError, match="GLUON .* sage2-int8 only"):
-        merged_config("mx", 128, {"GLUON": True})
+    with pytest.raises(ValueError, match="GLUON .* sage2-int8 and the MXFP4 recipes only"):
+        merged_config("int4", 128, {"GLUON": True})
+    assert merged_config("mx", 128, {"GLUON": True})["GLUON"] is True
     with pytest.raises(ValueError, match="GLUON needs NUM_STAGES >= 2"):
         merged_config("sage", 128, {"GLUON": True, "NUM_STAGES": 1})
     assert merged_config("sage", 128, {"GLUON": True})["GLUON"] is True

@@ -28,7 +28,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from kernels.gluon_sage import _loader  # noqa: E402  (the library's TMA loader partition, shared)
+from kernels.gluon_ws import _loader  # noqa: E402  (the library's TMA loader partition, shared)
 
 
 @gluon.jit

@@ -1,0 +1,350 @@
+"""Warp-specialized Gluon attention (Hopper) for the recipes whose operands are 8-bit: sage2-int8 (MODE 2) and
+the MXFP4 family folded into E4M3 (MODE 1: mxattention, its ablations, mxfp4-ocp, mxfp4-tfs). Two consumer
+warpgroups, one TMA loader warp.
+
+Why a second kernel beside `_core.attn_fwd` (results/kernels-h200.md, "Session 6"): Triton 3.6 waits for every
+wgmma group right after issuing it, so inside a warpgroup QKᵀ, the softmax and P̃·V run one after another. ptxas
+keeps that serial order inside a warpgroup in Gluon too, but two warpgroups with their own 64 query rows, sharing
+the K/Vᵀ stages a loader warp fills by TMA, run out of phase: one's softmax runs while the other's MMAs do. The
+plain FP8 probe of that structure measured 1.39–1.41× cuDNN against 1.24–1.25× for the Triton kernel's plain core.
+
+Numerics are `attn_fwd`'s for the same MODE with PROMOTE (the default), on the same pre-pass operands; only fp32
+rounding order may differ (FMA contraction). Each key tile's FP8 P̂·V̂ product goes into a zeroed fp32 tile that
+is added to the rescaled accumulator (the per-tile promotion).
+- MODE 2 (prepass.sage_prepass): INT8 Q, K with fp32 per-token scales, Vᵀ E4M3 with per-channel scales; exact
+  INT8 QKᵀ (int32) → fp32 · k scale, P̃·2^P_SHIFT = exp2(·) cast to E4M3 (RNE).
+- MODE 1 (prepass.mx_rows / mx_cols): Q, K E2M1·2^(e_b − R) in E4M3 with one exponent R per 128-token tile, Vᵀ
+  folded per channel; P̃·2^8 quantized in-kernel per 32 keys with the recipe's scale rule (`_core.mx_exponent`,
+  `_core.e2m1_round_bits`: exact), PNQ or direct placement, P̃ blocks E4M3 cannot hold counted into BAD.
+
+Launch: `attention(..., config={"GLUON": True})` for those recipes without a key padding mask, with promote=True,
+head_dim 64/128, and 8-bit operands (an MXFP4 pre-pass that falls back to bf16 operands for exactness runs the
+Triton kernel).
+"""
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+
+from triton.language.core import _aggregate as aggregate
+
+from ._core import MODE_MX, MODE_SAGE
+
+BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
+ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
+
+
+@gluon.jit
+def _pow2(k):
+    """2.0**k as fp32 for int32 k in [-126, 127] (bit pattern, exact)."""
+    return ((k + 127) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _mx_exponent_p(amax, RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr):
+    """`_core.mx_exponent(amax, RULE, FLQ, QMAX, P_PATH=True)` (the P̃ blocks' shared exponent), written with
+    Gluon's ops; Q_MANT = the mantissa field of QMAX's fp32 bits (computed by the launch)."""
+    bits = amax.to(gl.int32, bitcast=True)
+    fl = bits >> 23
+    if RULE == 0:
+        k = fl - (127 + 2)
+    else:
+        k = fl - (127 + FLQ) + ((bits & 0x7FFFFF) > Q_MANT).to(gl.int32)
+    return gl.maximum(k, -100)
+
+
+@gluon.jit
+def _loader(k_desc, v_desc, k_s, v_s, kready, vready, empty, k_row0, v_row, n_tiles):
+    """One warp: K and Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
+    (Worker partitions take IR values only, so the sizes come from the buffers.)"""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    for t in range(n_tiles):
+        s = t % STAGES
+        # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
+        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
+        mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BN, 0], kready.index(s), k_s.index(s))
+        mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [v_row, t * BN], vready.index(s), v_s.index(s))
+
+
+@aggregate
+class Consts:
+    """The consumers' compile-time constants (constexprs in a plain argument tuple reach warp-specialized
+    partitions as runtime values; an aggregate's constexpr fields stay constexpr)."""
+    MODE: gl.constexpr
+    RULE: gl.constexpr
+    FLQ: gl.constexpr
+    Q_MANT: gl.constexpr
+    PNQ: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, MODE, RULE, FLQ, Q_MANT, PNQ):
+        self.MODE = gl.constexpr(MODE)
+        self.RULE = gl.constexpr(RULE)
+        self.FLQ = gl.constexpr(FLQ)
+        self.Q_MANT = gl.constexpr(Q_MANT)
+        self.PNQ = gl.constexpr(PNQ)
+
+
+@gluon.jit
+def _consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+               n_tiles, c, so_n, P_SHIFT, consts):
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+              c, so_n, P_SHIFT, 0, consts.MODE, consts.RULE, consts.FLQ, consts.Q_MANT, consts.PNQ)
+
+
+@gluon.jit
+def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+               n_tiles, c, so_n, P_SHIFT, consts):
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+              c, so_n, P_SHIFT, 1, consts.MODE, consts.RULE, consts.FLQ, consts.Q_MANT, consts.PNQ)
+
+
+@gluon.jit
+def _key_scales(KS, offs_k, j, n_kv, n_tiles, MODE: gl.constexpr):
+    """What key tile j's logits are scaled by, loaded a tile ahead: MODE 2 the 128 per-token scales (one per
+    thread, coalesced), MODE 1 the tile's K exponent R_j (a scalar)."""
+    BN: gl.constexpr = offs_k.shape[0]
+    if MODE == 2:
+        return gl.load(KS + offs_k + j * BN, mask=offs_k + j * BN < n_kv, other=0.0)
+    else:
+        return gl.load(KS + j, mask=j < n_tiles, other=0)
+
+
+@gluon.jit
+def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr):
+    """MXFP4 P̃ of one tile (MODE 1), as `_core._tile_update`: y = P̃·2^P_SHIFT, its 32-key block maxima from the
+    logits' block maxima bmax (1/32 of the work), the block exponents under the rule, RNE onto E2M1·2^kb.
+    Returns (p, y, n_bad)."""
+    M: gl.constexpr = qk.shape[0]
+    BN: gl.constexpr = qk.shape[1]
+    s_layout: gl.constexpr = qk.type.layout
+    brow: gl.constexpr = gl.SliceLayout(1, bmax.type.layout)
+    mb = m_use - P_SHIFT
+    y = gl.exp2(qk * cj[:, None] - mb[:, None])
+    cjb = gl.convert_layout(cj, brow)
+    ymax = gl.exp2(bmax * cjb[:, None] - gl.convert_layout(mb, brow)[:, None])
+    # the block holding the row maximum has P̃ = 1 exactly in the reference: pin it (fp32 exp2 of an FMA residual
+    # can land a hair below 2^P_SHIFT and flip floor(log2), the OCP rule)
+    top = _pow2(P_SHIFT.to(gl.int32))  # 2^P_SHIFT exactly (P_SHIFT = 8 for MXFP4)
+    ymax = gl.where(bmax * cjb[:, None] >= gl.convert_layout(m_use, brow)[:, None], top, ymax)
+    kb = _mx_exponent_p(ymax, RULE, FLQ, Q_MANT)
+    n_bad += gl.convert_layout(gl.sum(((kb < -8) & (ymax > 0)).to(gl.int32), axis=1), n_bad.type.layout)
+    kbits = (kb + 127) << 23
+    satb = (((kb + 129) << 23) | 0x400000).to(gl.float32, bitcast=True)  # 6·2^kb
+    # broadcast onto the tile (through the 3-D layout the block maxima came from; no data moves)
+    blk: gl.constexpr = bmax.type.layout.parent
+    kbits = gl.convert_layout(gl.reshape(gl.expand_dims(kbits, 2) + gl.zeros([M, BN // 32, 32], gl.int32, blk),
+                                         [M, BN]), s_layout)
+    satb = gl.convert_layout(gl.reshape(gl.expand_dims(satb, 2) + gl.zeros([M, BN // 32, 32], gl.float32, blk),
+                                        [M, BN]), s_layout)
+    # = _core.e2m1_round_bits(y, kbits, satb): C = 2^max(E, kb)·2^22 added and subtracted as two FMAs
+    c0 = gl.maximum(y.to(gl.int32, bitcast=True) & 0x7F800000, kbits).to(gl.float32, bitcast=True)
+    p = gl.minimum(gl.fma(c0, -4194304.0, gl.fma(c0, 4194304.0, y)), satb)
+    return p, y, n_bad
+
+
+@gluon.jit
+def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
+          offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
+          row_o: gl.constexpr, MASKED: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
+          Q_MANT: gl.constexpr, PNQ: gl.constexpr):
+    """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) and P̃·V(j) issued, one wait."""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    st = j % STAGES
+    nx = (j + 1) % STAGES
+    if MODE == 2:
+        # (the exact magic-number conversion bits(1.5·2^23 + s) − 1.5·2^23 instead of I2F measured no faster)
+        qk = s_cur.to(gl.float32) * gl.convert_layout(ks_next, col_s)[None, :]
+        cj = c_row
+    else:
+        qk = s_cur
+        cj = c_row * _pow2(gl.maximum(ks_next, -126))  # q's and key tile j's exponents · sm_scale·log2 e
+    ks_next = _key_scales(KS, offs_k, j + 1, n_kv, n_tiles, MODE)
+    if MASKED:
+        qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
+    if MODE == 2:
+        rmax = gl.max(qk, axis=1)
+    else:
+        # the 32-key block maxima first, the row maximum from them (1/32 of the extra work)
+        bmax = gl.max(gl.reshape(qk, [qk.shape[0], BN // 32, 32]), axis=2)
+        rmax = gl.convert_layout(gl.max(bmax, axis=1), m_i.type.layout)
+    m_new = gl.maximum(m_i, rmax * cj)
+    if MASKED:
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    alpha = gl.exp2(m_i - m_use)
+    if MODE == 2:
+        y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
+        p = y
+    else:
+        p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, Q_MANT)
+    if PNQ:
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+    else:
+        l_i = l_i * alpha + gl.sum(y, axis=1)
+    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    has_next = j + 1 < n_tiles  # if not, the QKᵀ below reads a stale stage and its result is unused
+    mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1, pred=has_next)
+    s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(vready.index(st), (j // STAGES) & 1)
+    pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+    s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
+    # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled after the wait: fewer
+    # registers live while the MMAs run)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
+    mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
+    return s_cur, acc, m_new, l_i, n_bad, ks_next
+
+
+@gluon.jit
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+              c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
+              Q_MANT: gl.constexpr, PNQ: gl.constexpr):
+    """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
+    issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
+    BN: gl.constexpr = k_s.shape[1]
+    D: gl.constexpr = k_s.shape[2]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    qw = q_s.index(WG)
+    mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row + WG * 64, 0], qbar.index(WG), qw)
+    offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
+    if MODE == 2:
+        c_row = gl.load(QS + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
+        zero_s = gl.zeros([64, BN], gl.int32, s_layout)
+    else:
+        # the program's 128 rows are one Q exponent tile: 2^R · sm_scale·log2 e for every row
+        c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(gl.load(QS + m0 // 128), -126)))
+        zero_s = gl.zeros([64, BN], gl.float32, s_layout)
+    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([64], gl.float32, row_s)
+    n_bad = gl.zeros([64], gl.int32, row_s)  # MODE 1: P̃ blocks E4M3 cannot hold exactly, per row
+    acc = gl.zeros([64, D], gl.float32, o_layout)
+    zero_o = gl.zeros([64, D], gl.float32, o_layout)
+
+    # key scales are loaded one tile ahead of their use (a load used at once stalls every tile); MODE 2's one
+    # per thread (coalesced, one register), spread onto the logits' columns when used
+    ks_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs_k = gl.arange(0, BN, ks_layout)
+    offs_n0 = gl.arange(0, BN, col_s)
+    ks_next = _key_scales(KS, offs_k, 0, n_kv, n_tiles, MODE)
+    mbarrier.wait(qbar.index(WG), 0)
+    mbarrier.wait(kready.index(0), 0)
+    s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+    # whole tiles unmasked, the ragged last one (if any) with its keys past n_kv dropped
+    n_full = n_kv // BN
+    for j in range(n_full):
+        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
+            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, MODE, RULE, FLQ, Q_MANT,
+            PNQ)
+    if n_full < n_tiles:
+        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+            n_full, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
+            offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, MODE, RULE, FLQ,
+            Q_MANT, PNQ)
+
+    l_safe = gl.where(l_i > 0, l_i, 1.0)
+    offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
+    offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
+    if MODE == 2:
+        vs = gl.load(VS + offs_d)
+    else:
+        vs = _pow2(gl.maximum(gl.load(VS + offs_d), -126))
+        gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, n_bad, 0), axis=0))
+    out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
+    ptrs = O + offs_mo[:, None] * so_n + offs_d[None, :]
+    gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
+
+
+# integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
+@gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_n", "H", "n_q", "n_kv", "q_rows_bh", "k_rows_bh"])
+def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
+                n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
+                RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr, PNQ: gl.constexpr,
+                num_warps: gl.constexpr):
+    """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
+    (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
+    MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
+    128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
+    (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly."""
+    pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    D: gl.constexpr = k_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    q_s = gl.allocate_shared_memory(q_desc.dtype, [2, 64, D], q_desc.layout)
+    k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(v_desc.dtype, [STAGES, D, BN], v_desc.layout)
+    qbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    vready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(qbar.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(kready.index(i), count=1)
+        mbarrier.init(vready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one release per consumer warpgroup
+    fence_async_shared()  # the initialised barriers, visible to the TMA (async proxy)
+    b = bh // H
+    h = bh % H
+    n_tiles = gl.cdiv(n_kv, BN)
+    out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS + bh.to(gl.int64) * sqs_bh,
+            KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * 128, pid_m * 128,
+            n_q, n_kv, n_tiles, c, so_n, P_SHIFT, Consts(MODE, RULE, FLQ, Q_MANT, PNQ))
+    gl.warp_specialize([
+        (_consumer0, args),
+        (_consumer1, args),
+        (_loader, (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)),
+    ], [4, 1], [240, 24])
+
+
+def descriptors(qq, kk, vv):
+    """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    D = qq.shape[-1]
+    q2, k2, v2 = qq.reshape(-1, D), kk.reshape(-1, D), vv.reshape(-1, vv.shape[-1])
+    lay = gl.NVMMASharedLayout.get_default_for
+    qk_dt = gl.float8e4nv if qq.dtype.is_floating_point else gl.int8
+    return (TensorDescriptor.from_tensor(q2, [ROWS, D], lay([ROWS, D], qk_dt)),
+            TensorDescriptor.from_tensor(k2, [BLOCK_N, D], lay([BLOCK_N, D], qk_dt)),
+            TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], gl.float8e4nv)))
+
+
+def mantissa_field(x: float) -> int:
+    """The 23-bit mantissa field of fp32 x (the ceil rules' boundary compare)."""
+    import struct
+
+    return struct.unpack("<I", struct.pack("<f", x))[0] & 0x7FFFFF
+
+
+def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2):
+    """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, or MODE 2)
+    into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1 adds its inexact P̃ block count to `bad`."""
+    if so[3] != 1:
+        raise ValueError("the Gluon kernel writes outputs whose head_dim is contiguous")
+    if P["mode"] not in (MODE_MX, MODE_SAGE):
+        raise ValueError("the Gluon kernel runs the MXFP4 and sage2-int8 recipes only")
+    qd, kd, vd = descriptors(P["qq"], P["kk"], P["vv"])
+    BH = P["qq"].shape[0]
+    attn_ws_fwd[(triton.cdiv(Nq, 2 * ROWS), BH)](
+        qd, kd, vd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
+        P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
+        RULE=P["rule"], FLQ=P["flq"], Q_MANT=mantissa_field(P["qmax"]), PNQ=P["pnq"], num_warps=4)
+    return out

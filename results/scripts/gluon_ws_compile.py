@@ -1,0 +1,70 @@
+"""Offline sm_90 compile of the warp-specialized Gluon kernel (kernels/gluon_ws.py) with Triton 3.6, no GPU:
+registers and spills per partition, shared memory, and the consumers' key-loop instruction counts.
+
+    /tmp/t36/bin/python results/scripts/gluon_ws_compile.py MODE [KEY=VALUE ...]
+e.g. `... 1` (mxattention: UOS, PNQ), `... 1 RULE=0 PNQ=False` (mxfp4-ocp), `... 2` (sage2-int8); D=64, STAGES=3.
+"""
+import collections
+import os
+import re
+import sys
+import unittest.mock
+
+sys.modules.setdefault("torch", unittest.mock.MagicMock())  # kernels/ imports torch at module level only
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+
+here = os.path.dirname(__file__)
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", ".."))
+from sass_key_loop import loop_spans, sass_of  # noqa: E402
+
+from kernels.gluon_ws import attn_ws_fwd, mantissa_field  # noqa: E402
+
+
+def _mangled(block, lay, dtype):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    class FakeT:  # what TensorDescriptor reads off a torch tensor
+        def data_ptr(self):
+            return 1024
+
+    FakeT.dtype = dtype
+    return mangle_type(TensorDescriptor(FakeT(), [1 << 20, block[1]], [block[1], 1], block, lay))
+
+
+def compile_ws(mode: int, over: dict):
+    D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
+    qmax = float(over.pop("QMAX", 6.0))
+    const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, Q_MANT=mantissa_field(qmax),
+                 PNQ=mode == 1, num_warps=4)
+    const.update({k: (v == "True" if v in ("True", "False") else int(v)) for k, v in over.items()})
+    qk = gl.float8e4nv if mode == 1 else gl.int8
+    lay = gl.NVMMASharedLayout.get_default_for
+    sc, vs = ("*i32", "*i32") if mode == 1 else ("*fp32", "*fp32")
+    tq = "torch.float8_e4m3fn" if mode == 1 else "torch.int8"
+    sig = {"q_desc": _mangled([64, D], lay([64, D], qk), tq), "k_desc": _mangled([128, D], lay([128, D], qk), tq),
+           "v_desc": _mangled([D, 128], lay([D, 128], gl.float8e4nv), "torch.float8_e4m3fn"), "QS": sc, "KS": sc, "VS": vs, "O": "*bf16",
+           "BAD": "*i32", "c": "fp32", "P_SHIFT": "fp32"}
+    names = attn_ws_fwd.arg_names
+    for n in names:
+        sig.setdefault(n, "constexpr" if n in const else "i32")
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("QS", "KS", "VS", "O", "so_b", "so_h")}
+    src = GluonASTSource(fn=attn_ws_fwd, signature={n: sig[n] for n in names},
+                         constexprs={(names.index(k),): v for k, v in const.items() if k in names}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+if __name__ == "__main__":
+    kernel = compile_ws(int(sys.argv[1]), dict(a.split("=", 1) for a in sys.argv[2:]))
+    sass, usage = sass_of(kernel, "/tmp/gluon_ws.cubin")
+    print(usage)
+    # the key loops: the shortest backward-branch loops that issue a wgmma (one per consumer partition)
+    ins, found = loop_spans(sass)
+    keyloops = sorted((n, a, b) for n, a, b in found if any("HGMMA" in t or "IGMMA" in t for _, t in ins[a:b + 1]))
+    for n, a, b in keyloops[:2]:
+        h = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for _, t in ins[a:b + 1])
+        print(f"key loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(24)))
