@@ -105,6 +105,13 @@ def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O
 
 
 @gluon.jit
+def _consumer2(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+               n_tiles, c, so_n, P_SHIFT, consts):
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+              c, so_n, P_SHIFT, 2, consts.MODE, consts.RULE, consts.FLQ, consts.Q_MANT, consts.PNQ)
+
+
+@gluon.jit
 def _key_scales(KS, offs_k, j, n_kv, n_tiles, MODE: gl.constexpr):
     """What key tile j's logits are scaled by, loaded a tile ahead: MODE 2 the 128 per-token scales (one per
     thread, coalesced), MODE 1 the tile's K exponent R_j (a scalar)."""
@@ -226,8 +233,10 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
         c_row = gl.load(QS + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
         zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     else:
-        # the program's 128 rows are one Q exponent tile: 2^R · sm_scale·log2 e for every row
-        c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(gl.load(QS + m0 // 128), -126)))
+            # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
+        qt = (m0 + WG * 64) // 128
+        rq = gl.load(QS + qt, mask=qt * 128 < n_q, other=0)
+        c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
         zero_s = gl.zeros([64, BN], gl.float32, s_layout)
     m_i = gl.full([64], float("-inf"), gl.float32, row_s)
     l_i = gl.zeros([64], gl.float32, row_s)
@@ -276,7 +285,7 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
 def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
                 n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
                 RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr, PNQ: gl.constexpr,
-                num_warps: gl.constexpr):
+                NWG: gl.constexpr, num_warps: gl.constexpr):
     """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -286,32 +295,35 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_
     bh = gl.program_id(1)
     D: gl.constexpr = k_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    q_s = gl.allocate_shared_memory(q_desc.dtype, [2, 64, D], q_desc.layout)
+    q_s = gl.allocate_shared_memory(q_desc.dtype, [NWG, 64, D], q_desc.layout)
     k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(v_desc.dtype, [STAGES, D, BN], v_desc.layout)
-    qbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    qbar = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())
     kready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     vready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
+    for i in gl.static_range(NWG):
         mbarrier.init(qbar.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kready.index(i), count=1)
         mbarrier.init(vready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # one release per consumer warpgroup
+        mbarrier.init(empty.index(i), count=NWG)  # one release per consumer warpgroup
     fence_async_shared()  # the initialised barriers, visible to the TMA (async proxy)
     b = bh // H
     h = bh % H
     n_tiles = gl.cdiv(n_kv, BN)
     out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
     args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS + bh.to(gl.int64) * sqs_bh,
-            KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * 128, pid_m * 128,
+            KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG), pid_m * (64 * NWG),
             n_q, n_kv, n_tiles, c, so_n, P_SHIFT, Consts(MODE, RULE, FLQ, Q_MANT, PNQ))
-    gl.warp_specialize([
-        (_consumer0, args),
-        (_consumer1, args),
-        (_loader, (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)),
-    ], [4, 1], [240, 24])
+    largs = (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)
+    if NWG == 2:
+        gl.warp_specialize([(_consumer0, args), (_consumer1, args), (_loader, largs)], [4, 1], [240, 24])
+    else:
+        # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
+        # (the default partition keeps the launch's count)
+        gl.warp_specialize([(_consumer0, args), (_consumer1, args), (_consumer2, args), (_loader, largs)], [4, 4, 1],
+                           [160, 160, 24])
 
 
 def descriptors(qq, kk, vv):
@@ -334,7 +346,7 @@ def mantissa_field(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0] & 0x7FFFFF
 
 
-def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2):
+def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, or MODE 2)
     into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1 adds its inexact P̃ block count to `bad`."""
     if so[3] != 1:
@@ -343,8 +355,8 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2):
         raise ValueError("the Gluon kernel runs the MXFP4 and sage2-int8 recipes only")
     qd, kd, vd = descriptors(P["qq"], P["kk"], P["vv"])
     BH = P["qq"].shape[0]
-    attn_ws_fwd[(triton.cdiv(Nq, 2 * ROWS), BH)](
+    attn_ws_fwd[(triton.cdiv(Nq, nwg * ROWS), BH)](
         qd, kd, vd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
         P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
-        RULE=P["rule"], FLQ=P["flq"], Q_MANT=mantissa_field(P["qmax"]), PNQ=P["pnq"], num_warps=4)
+        RULE=P["rule"], FLQ=P["flq"], Q_MANT=mantissa_field(P["qmax"]), PNQ=P["pnq"], NWG=nwg, num_warps=4)
     return out

@@ -11,7 +11,16 @@ import torch
 def main(recipe: str, cfg: dict):
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(1, 16, 16384, 128, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
-    if recipe == "sdpa-cudnn":
+    if recipe == "probe-ws":  # the plain FP8 warp-specialized probe (results/scripts/gluon_probe.py)
+        import os
+
+        sys.path.insert(0, os.path.dirname(__file__))
+        from gluon_probe import probe_ws_attention
+
+        q8, k8 = (t.view(16, 16384, 128).to(torch.float8_e4m3fn) for t in (q, k))
+        vt8 = v.view(16, 16384, 128).transpose(1, 2).contiguous().to(torch.float8_e4m3fn)
+        probe_ws_attention(q8, k8, vt8, 128 ** -0.5 * 1.4426950408889634, STAGES=2)
+    elif recipe == "sdpa-cudnn":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
