@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 6, device calls 4-8: the Gluon sage2 kernel (kernels/gluon_sage.py, config GLUON) against the Triton
+# Session 6, device calls 4-8: the Gluon sage2 kernel (kernels/gluon_sage.py, now kernels/gluon_ws.py; config GLUON) against the Triton
 # kernel in the same run. Each call ran this script on the tree of one commit:
 #   call 4: b337dc6 (first version; bench without the NUM_STAGES=2 row)
 #   call 5: 63739b1 (key scales a tile ahead; SHAPES="wan-480p wan-720p" E2E=0)
