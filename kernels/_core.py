@@ -47,7 +47,8 @@ def mx_exponent(amax, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
     if RULE == 0:
         k = fl - (127 + 2)
     else:
-        q_mant = tl.full((), QMAX, tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFF  # a compile-time constant
+        # QMAX's mantissa field, a compile-time constant (tl.cast, not tl.full: Gluon's full needs a layout)
+        q_mant = tl.cast(QMAX, tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFF
         k = fl - (127 + FLQ) + ((bits & 0x7FFFFF) > q_mant).to(tl.int32)
     if P_PATH:
         return tl.maximum(k, -100)

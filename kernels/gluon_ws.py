@@ -30,29 +30,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from triton.language.core import _aggregate as aggregate
 
-from ._core import MODE_MX, MODE_SAGE
+from ._core import MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, mx_exponent
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
-
-
-@gluon.jit
-def _pow2(k):
-    """2.0**k as fp32 for int32 k in [-126, 127] (bit pattern, exact)."""
-    return ((k + 127) << 23).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _mx_exponent_p(amax, RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr):
-    """`_core.mx_exponent(amax, RULE, FLQ, QMAX, P_PATH=True)` (the P̃ blocks' shared exponent), written with
-    Gluon's ops; Q_MANT = the mantissa field of QMAX's fp32 bits (computed by the launch)."""
-    bits = amax.to(gl.int32, bitcast=True)
-    fl = bits >> 23
-    if RULE == 0:
-        k = fl - (127 + 2)
-    else:
-        k = fl - (127 + FLQ) + ((bits & 0x7FFFFF) > Q_MANT).to(gl.int32)
-    return gl.maximum(k, -100)
 
 
 @gluon.jit
@@ -78,15 +59,15 @@ class Consts:
     MODE: gl.constexpr
     RULE: gl.constexpr
     FLQ: gl.constexpr
-    Q_MANT: gl.constexpr
+    QMAX: gl.constexpr
     PNQ: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, MODE, RULE, FLQ, Q_MANT, PNQ):
+    def __init__(self, MODE, RULE, FLQ, QMAX, PNQ):
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
         self.FLQ = gl.constexpr(FLQ)
-        self.Q_MANT = gl.constexpr(Q_MANT)
+        self.QMAX = gl.constexpr(QMAX)
         self.PNQ = gl.constexpr(PNQ)
 
 
@@ -94,21 +75,21 @@ class Consts:
 def _consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
                n_tiles, c, so_n, P_SHIFT, consts):
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, 0, consts.MODE, consts.RULE, consts.FLQ, consts.Q_MANT, consts.PNQ)
+              c, so_n, P_SHIFT, 0, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
 def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
                n_tiles, c, so_n, P_SHIFT, consts):
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, 1, consts.MODE, consts.RULE, consts.FLQ, consts.Q_MANT, consts.PNQ)
+              c, so_n, P_SHIFT, 1, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
 def _consumer2(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
                n_tiles, c, so_n, P_SHIFT, consts):
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, 2, consts.MODE, consts.RULE, consts.FLQ, consts.Q_MANT, consts.PNQ)
+              c, so_n, P_SHIFT, 2, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
@@ -123,7 +104,7 @@ def _key_scales(KS, offs_k, j, n_kv, n_tiles, MODE: gl.constexpr):
 
 
 @gluon.jit
-def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr):
+def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr):
     """MXFP4 P̃ of one tile (MODE 1), as `_core._tile_update`: y = P̃·2^P_SHIFT, its 32-key block maxima from the
     logits' block maxima bmax (1/32 of the work), the block exponents under the rule, RNE onto E2M1·2^kb.
     Returns (p, y, n_bad)."""
@@ -139,7 +120,7 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
     # can land a hair below 2^P_SHIFT and flip floor(log2), the OCP rule)
     top = _pow2(P_SHIFT.to(gl.int32))  # 2^P_SHIFT exactly (P_SHIFT = 8 for MXFP4)
     ymax = gl.where(bmax * cjb[:, None] >= gl.convert_layout(m_use, brow)[:, None], top, ymax)
-    kb = _mx_exponent_p(ymax, RULE, FLQ, Q_MANT)
+    kb = mx_exponent(ymax, RULE, FLQ, QMAX, True)  # the Triton helpers run under Gluon too (elementwise ops)
     n_bad += gl.convert_layout(gl.sum(((kb < -8) & (ymax > 0)).to(gl.int32), axis=1), n_bad.type.layout)
     kbits = (kb + 127) << 23
     satb = (((kb + 129) << 23) | 0x400000).to(gl.float32, bitcast=True)  # 6·2^kb
@@ -149,9 +130,7 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
                                          [M, BN]), s_layout)
     satb = gl.convert_layout(gl.reshape(gl.expand_dims(satb, 2) + gl.zeros([M, BN // 32, 32], gl.float32, blk),
                                         [M, BN]), s_layout)
-    # = _core.e2m1_round_bits(y, kbits, satb): C = 2^max(E, kb)·2^22 added and subtracted as two FMAs
-    c0 = gl.maximum(y.to(gl.int32, bitcast=True) & 0x7F800000, kbits).to(gl.float32, bitcast=True)
-    p = gl.minimum(gl.fma(c0, -4194304.0, gl.fma(c0, 4194304.0, y)), satb)
+    p = e2m1_round_bits(y, kbits, satb)  # RNE onto E2M1·2^kb, saturated at 6·2^kb
     return p, y, n_bad
 
 
@@ -159,7 +138,7 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
 def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
           offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
           row_o: gl.constexpr, MASKED: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
-          Q_MANT: gl.constexpr, PNQ: gl.constexpr):
+          QMAX: gl.constexpr, PNQ: gl.constexpr):
     """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) and P̃·V(j) issued, one wait."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
@@ -191,7 +170,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
         p = y
     else:
-        p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, Q_MANT)
+        p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
     if PNQ:
         l_i = l_i * alpha + gl.sum(p, axis=1)
     else:
@@ -213,7 +192,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
 @gluon.jit
 def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
-              Q_MANT: gl.constexpr, PNQ: gl.constexpr):
+              QMAX: gl.constexpr, PNQ: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
     issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
     BN: gl.constexpr = k_s.shape[1]
@@ -259,13 +238,13 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     for j in range(n_full):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
             j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
-            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, MODE, RULE, FLQ, Q_MANT,
+            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, MODE, RULE, FLQ, QMAX,
             PNQ)
     if n_full < n_tiles:
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
             n_full, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
             offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, MODE, RULE, FLQ,
-            Q_MANT, PNQ)
+            QMAX, PNQ)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
@@ -284,7 +263,7 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
 @gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_n", "H", "n_q", "n_kv", "q_rows_bh", "k_rows_bh"])
 def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
                 n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
-                RULE: gl.constexpr, FLQ: gl.constexpr, Q_MANT: gl.constexpr, PNQ: gl.constexpr,
+                RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, num_warps: gl.constexpr):
     """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
@@ -315,7 +294,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_
     out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
     args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS + bh.to(gl.int64) * sqs_bh,
             KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG), pid_m * (64 * NWG),
-            n_q, n_kv, n_tiles, c, so_n, P_SHIFT, Consts(MODE, RULE, FLQ, Q_MANT, PNQ))
+            n_q, n_kv, n_tiles, c, so_n, P_SHIFT, Consts(MODE, RULE, FLQ, QMAX, PNQ))
     largs = (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)
     if NWG == 2:
         gl.warp_specialize([(_consumer0, args), (_consumer1, args), (_loader, largs)], [4, 1], [240, 24])
@@ -339,13 +318,6 @@ def descriptors(qq, kk, vv):
             TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], gl.float8e4nv)))
 
 
-def mantissa_field(x: float) -> int:
-    """The 23-bit mantissa field of fp32 x (the ceil rules' boundary compare)."""
-    import struct
-
-    return struct.unpack("<I", struct.pack("<f", x))[0] & 0x7FFFFF
-
-
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, or MODE 2)
     into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1 adds its inexact P̃ block count to `bad`."""
@@ -358,5 +330,5 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
     attn_ws_fwd[(triton.cdiv(Nq, nwg * ROWS), BH)](
         qd, kd, vd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
         P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
-        RULE=P["rule"], FLQ=P["flq"], Q_MANT=mantissa_field(P["qmax"]), PNQ=P["pnq"], NWG=nwg, num_warps=4)
+        RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"], NWG=nwg, num_warps=4)
     return out

@@ -21,7 +21,7 @@ sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", ".."))
 from sass_key_loop import loop_spans, sass_of  # noqa: E402
 
-from kernels.gluon_ws import attn_ws_fwd, mantissa_field  # noqa: E402
+from kernels.gluon_ws import attn_ws_fwd  # noqa: E402
 
 
 def _mangled(block, lay, dtype):
@@ -39,7 +39,7 @@ def _mangled(block, lay, dtype):
 def compile_ws(mode: int, over: dict):
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qmax = float(over.pop("QMAX", 6.0))
-    const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, Q_MANT=mantissa_field(qmax),
+    const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=qmax,
                  PNQ=mode == 1, NWG=2, num_warps=4)
     const.update({k: (v == "True" if v in ("True", "False") else int(v)) for k, v in over.items()})
     qk = gl.float8e4nv if mode == 1 else gl.int8
