@@ -103,28 +103,90 @@ def _key_scales(KS, offs_k, j, n_kv, n_tiles, MODE: gl.constexpr):
         return gl.load(KS + j, mask=j < n_tiles, other=0)
 
 
+@gluon.constexpr_function
+def _quad_layout(M, NB):
+    """(row, block, quad lane) of a 64×128 logits tile: rows as in `_block_layout`, the block in registers, the
+    quad lane in lane bits 0–1. A reduction over the last axis is a butterfly over the quad."""
+    assert M == 64 and NB == 4, "the quad layout assumes 64 rows, 4 warps and 128-key tiles"
+    return gl.DistributedLinearLayout(reg_bases=[[8, 0, 0], [0, 1, 0], [0, 2, 0]],
+                                      lane_bases=[[0, 0, 1], [0, 0, 2], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+                                      warp_bases=[[16, 0, 0], [32, 0, 0]], block_bases=[], shape=[M, NB, NB])
+
+
+@gluon.jit
+def _to_quad(v, like: gl.constexpr):
+    """v (row, block) with one element per thread (`_block_layout`) onto every lane of its quad, in `like`'s
+    layout (the block maxima's): lane b of the quad holds block b, so selecting it on the diagonal of a
+    (row, block, lane) grid and OR-reducing over the lanes is a butterfly (shuffles), with no shared memory and
+    no warpgroup barrier. v is int32 (bit patterns); zero is the OR identity."""
+    M: gl.constexpr = v.shape[0]
+    NB: gl.constexpr = v.shape[1]
+    q3: gl.constexpr = _quad_layout(M, NB)
+    grid = gl.expand_dims(gl.convert_layout(v, gl.SliceLayout(1, q3)), 1)  # (row, 1, lane): lane's own block
+    blk = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(2, q3)))
+    lane = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(1, q3)))
+    diag = gl.where(blk[None, :, None] == lane[None, None, :], grid, 0)
+    return gl.convert_layout(gl.reduce(diag, 2, _or), like)
+
+
+@gluon.jit
+def _own_block(v):
+    """v (row, block), replicated over each quad (the block maxima's layout) -> one element per thread
+    (`_block_layout`): lane b of the quad keeps block b. A selection among the thread's own registers on the
+    diagonal of a (row, block, lane) grid (convert_layout would go through shared memory and a barrier)."""
+    M: gl.constexpr = v.shape[0]
+    NB: gl.constexpr = v.shape[1]
+    q3: gl.constexpr = _quad_layout(M, NB)
+    grid = gl.expand_dims(gl.convert_layout(v, gl.SliceLayout(2, q3)), 2)  # (row, block, 1)
+    blk = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(2, q3)))
+    lane = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(1, q3)))
+    diag = gl.where(blk[None, :, None] == lane[None, None, :], grid, float("-inf"))
+    return gl.convert_layout(gl.max(diag, axis=1), _block_layout(M, NB))
+
+
+@gluon.jit
+def _or(a, b):
+    return a | b
+
+
+@gluon.constexpr_function
+def _block_layout(M, NB):
+    """The (row, 32-key block) grid of a 64×128 logits tile with one element per thread: rows as the wgmma
+    accumulator lays them out (register bit +8, lane bits 2–4, warps +16), the block in lane bits 0–1, i.e. the
+    quad of lanes that shares a row each takes one of its four blocks."""
+    assert M == 64 and NB == 4, "the block layout assumes 64 rows, 4 warps and 128-key tiles"
+    return gl.DistributedLinearLayout(reg_bases=[[8, 0]], lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[M, NB])
+
+
 @gluon.jit
 def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr):
     """MXFP4 P̃ of one tile (MODE 1), as `_core._tile_update`: y = P̃·2^P_SHIFT, its 32-key block maxima from the
     logits' block maxima bmax (1/32 of the work), the block exponents under the rule, RNE onto E2M1·2^kb.
-    Returns (p, y, n_bad)."""
+    The per-block work runs once per block, not once per lane of the quad that holds the block's row (the
+    reduction leaves bmax replicated there): in `_block_layout`, then the two per-block constants go back to the
+    quad by shuffles. n_bad counts per (row, block) in that layout. Returns (p, y, n_bad)."""
     M: gl.constexpr = qk.shape[0]
     BN: gl.constexpr = qk.shape[1]
     s_layout: gl.constexpr = qk.type.layout
-    brow: gl.constexpr = gl.SliceLayout(1, bmax.type.layout)
+    one: gl.constexpr = n_bad.type.layout
+    brow: gl.constexpr = gl.SliceLayout(1, one)
     mb = m_use - P_SHIFT
     y = gl.exp2(qk * cj[:, None] - mb[:, None])
+    bm = _own_block(bmax)  # each lane keeps its own block's maximum (no data moves)
     cjb = gl.convert_layout(cj, brow)
-    ymax = gl.exp2(bmax * cjb[:, None] - gl.convert_layout(mb, brow)[:, None])
+    ymax = gl.exp2(bm * cjb[:, None] - gl.convert_layout(mb, brow)[:, None])
     # the block holding the row maximum has P̃ = 1 exactly in the reference: pin it (fp32 exp2 of an FMA residual
     # can land a hair below 2^P_SHIFT and flip floor(log2), the OCP rule)
     top = _pow2(P_SHIFT.to(gl.int32))  # 2^P_SHIFT exactly (P_SHIFT = 8 for MXFP4)
-    ymax = gl.where(bmax * cjb[:, None] >= gl.convert_layout(m_use, brow)[:, None], top, ymax)
+    ymax = gl.where(bm * cjb[:, None] >= gl.convert_layout(m_use, brow)[:, None], top, ymax)
     kb = mx_exponent(ymax, RULE, FLQ, QMAX, True)  # the Triton helpers run under Gluon too (elementwise ops)
-    n_bad += gl.convert_layout(gl.sum(((kb < -8) & (ymax > 0)).to(gl.int32), axis=1), n_bad.type.layout)
-    kbits = (kb + 127) << 23
-    satb = (((kb + 129) << 23) | 0x400000).to(gl.float32, bitcast=True)  # 6·2^kb
-    # broadcast onto the tile (through the 3-D layout the block maxima came from; no data moves)
+    n_bad += ((kb < -8) & (ymax > 0)).to(gl.int32)
+    # back to every lane of the quad (the bits of 2^kb; 6·2^kb from them there), then broadcast onto the tile
+    # through the 3-D layout bmax came from
+    quad: gl.constexpr = bmax.type.layout
+    kbits = _to_quad((kb + 127) << 23, quad)
+    satb = ((kbits + (2 << 23)) | 0x400000).to(gl.float32, bitcast=True)  # 6·2^kb = 1.5·2^(kb+2)
     blk: gl.constexpr = bmax.type.layout.parent
     kbits = gl.convert_layout(gl.reshape(gl.expand_dims(kbits, 2) + gl.zeros([M, BN // 32, 32], gl.int32, blk),
                                          [M, BN]), s_layout)
@@ -219,7 +281,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
         zero_s = gl.zeros([64, BN], gl.float32, s_layout)
     m_i = gl.full([64], float("-inf"), gl.float32, row_s)
     l_i = gl.zeros([64], gl.float32, row_s)
-    n_bad = gl.zeros([64], gl.int32, row_s)  # MODE 1: P̃ blocks E4M3 cannot hold exactly, per row
+    # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
+    n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
     acc = gl.zeros([64, D], gl.float32, o_layout)
     zero_o = gl.zeros([64, D], gl.float32, o_layout)
 
@@ -253,7 +316,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
         vs = gl.load(VS + offs_d)
     else:
         vs = _pow2(gl.maximum(gl.load(VS + offs_d), -126))
-        gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, n_bad, 0), axis=0))
+        bad_rows = gl.convert_layout(gl.sum(n_bad, axis=1), row_s)
+        gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, bad_rows, 0), axis=0))
     out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
     ptrs = O + offs_mo[:, None] * so_n + offs_d[None, :]
     gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
