@@ -72,23 +72,23 @@ class Consts:
 
 
 @gluon.jit
-def _consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+def _consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
                n_tiles, c, so_n, P_SHIFT, consts):
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, 0, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
-def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
                n_tiles, c, so_n, P_SHIFT, consts):
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, 1, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
-def _consumer2(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+def _consumer2(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
                n_tiles, c, so_n, P_SHIFT, consts):
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, 2, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
@@ -197,7 +197,20 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
 
 
 @gluon.jit
-def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ones_s, KS, offs_k,
+def _row_sum_tree(x):
+    """Row sums of a 64×128 wgmma-layout tile as a short tree instead of one 31-deep chain of dependent adds per
+    row: a thread's 32 values of a row are columns 32b + 8j + 2q + e (q its lane in the quad), so the adds run
+    over e, then j, then b (in-thread), then the quad (shuffles). Same count, depth 1 + 3 + 3 + 2."""
+    M: gl.constexpr = x.shape[0]
+    t = gl.sum(gl.reshape(x, [M, 4, 4, 4, 2]), axis=4)  # (row, b, j, q)
+    t = gl.sum(t, axis=2)  # (row, b, q)
+    t = gl.sum(t, axis=1)  # (row, q)
+    row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
+    return gl.convert_layout(gl.sum(t, axis=1), row)  # the same registers and lanes: no data moves
+
+
+@gluon.jit
+def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
           offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
           row_o: gl.constexpr, MASKED: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
           QMAX: gl.constexpr, PNQ: gl.constexpr):
@@ -233,7 +246,11 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         p = y
     else:
         p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
-    if not PNQ:
+    if PNQ:
+        l_i = l_i * alpha + _row_sum_tree(p)
+    elif MODE == 1:
+        l_i = l_i * alpha + _row_sum_tree(y)
+    else:
         l_i = l_i * alpha + gl.sum(y, axis=1)
     p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     has_next = j + 1 < n_tiles  # if not, the QKᵀ below reads a stale stage and its result is unused
@@ -241,18 +258,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
     s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (j // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-    if PNQ:
-        # ℓ = Σ P̂ (the quantized values, exactly what the P̂·V MMA sees) from one more small MMA against an
-        # all-ones 128×8 tile: every column is the row sum, so ℓ needs no reduction; it is kept (rescaled and
-        # promoted per tile) as a 64×8 accumulator
-        l_layout: gl.constexpr = l_i.type.layout
-        p8l = gl.convert_layout(p8, gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=4))
-        l_tok = warpgroup_mma(p8l, ones_s.permute((1, 0)), gl.zeros(l_i.shape, gl.float32, l_layout),
-                              use_acc=False, is_async=True)
-        s_cur, pv, ls = warpgroup_mma_wait(0, deps=(s_tok, pv_tok, l_tok))
-        l_i = l_i * gl.convert_layout(alpha, gl.SliceLayout(1, l_layout))[:, None] + ls
-    else:
-        s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
+    s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
     # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled after the wait: fewer
     # registers live while the MMAs run)
     acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
@@ -261,7 +267,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
 
 
 @gluon.jit
-def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
               QMAX: gl.constexpr, PNQ: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
@@ -283,17 +289,13 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS
         c_row = gl.load(QS + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
         zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     else:
-        # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
+            # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
         qt = (m0 + WG * 64) // 128
         rq = gl.load(QS + qt, mask=qt * 128 < n_q, other=0)
         c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
         zero_s = gl.zeros([64, BN], gl.float32, s_layout)
     m_i = gl.full([64], float("-inf"), gl.float32, row_s)
-    if PNQ:  # ℓ from an MMA against ones (`_tile`): 64×8, every column the row's sum
-        l_i = gl.zeros([64, 8], gl.float32, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                                       instr_shape=[16, 8, 32]))
-    else:
-        l_i = gl.zeros([64], gl.float32, row_s)
+    l_i = gl.zeros([64], gl.float32, row_s)
     # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
     n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
     acc = gl.zeros([64, D], gl.float32, o_layout)
@@ -313,17 +315,15 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS, KS
     n_full = n_kv // BN
     for j in range(n_full):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ones_s, KS, offs_k,
+            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
             offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, MODE, RULE, FLQ, QMAX,
             PNQ)
     if n_full < n_tiles:
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_full, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ones_s, KS,
+            n_full, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
             offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, MODE, RULE, FLQ,
             QMAX, PNQ)
 
-    if PNQ:
-        l_i = gl.convert_layout(gl.max(l_i, axis=1), row_s)
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
     offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
@@ -360,24 +360,18 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_
     kready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     vready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    # PNQ: the all-ones B operand of the ℓ MMA (`_tile`), 8 × BN E4M3 (K-major, as the K tiles)
-    ones_s = gl.allocate_shared_memory(gl.float8e4nv, [8, BN], gl.NVMMASharedLayout.get_default_for(
-        [8, BN], gl.float8e4nv))
-    if PNQ:
-        ones_s.store(gl.full([8, BN], 1.0, gl.float32, gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1],
-                                                                         [1, 0])).to(gl.float8e4nv))
     for i in gl.static_range(NWG):
         mbarrier.init(qbar.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kready.index(i), count=1)
         mbarrier.init(vready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NWG)  # one release per consumer warpgroup
-    fence_async_shared()  # the initialised barriers and the ones tile, visible to the async proxy (TMA, wgmma)
+    fence_async_shared()  # the initialised barriers, visible to the TMA (async proxy)
     b = bh // H
     h = bh % H
     n_tiles = gl.cdiv(n_kv, BN)
     out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
-    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ones_s, QS + bh.to(gl.int64) * sqs_bh,
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS + bh.to(gl.int64) * sqs_bh,
             KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG), pid_m * (64 * NWG),
             n_q, n_kv, n_tiles, c, so_n, P_SHIFT, Consts(MODE, RULE, FLQ, QMAX, PNQ))
     largs = (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 7, call 7: the MX Gluon kernel with ℓ from an MMA against ones (PNQ; offline key loop 952 -> 894
+# Session 7, call 7: the MX Gluon kernel with ℓ from an MMA against ones (PNQ; offline key loop 952 -> 894; it failed the
+# reference test for mxattention and ran slower, so it was reverted
 # instructions). GPU tests -k gluon; bench every MXFP4 recipe with and without GLUON at wan-480p / wan-720p;
 # the mxattention pre-pass piece by piece (results/scripts/mx_prepass_pieces.py).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
