@@ -62,9 +62,12 @@ if __name__ == "__main__":
     kernel = compile_ws(int(sys.argv[1]), dict(a.split("=", 1) for a in sys.argv[2:]))
     sass, usage = sass_of(kernel, "/tmp/gluon_ws.cubin")
     print(usage)
-    # the key loops: the shortest backward-branch loops that issue a wgmma (one per consumer partition)
+    # the key loops: the shortest backward-branch loops that issue wgmma and one exp2 per score (>= 60 MUFU)
     ins, found = loop_spans(sass)
-    keyloops = sorted((n, a, b) for n, a, b in found if any("HGMMA" in t or "IGMMA" in t for _, t in ins[a:b + 1]))
-    for n, a, b in keyloops[:2]:
+    keyloops = []
+    for n, a, b in found:
         h = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for _, t in ins[a:b + 1])
-        print(f"key loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(24)))
+        if (h["QGMMA"] or h["IGMMA"]) and h["MUFU"] >= 60:
+            keyloops.append((n, h))
+    for n, h in sorted(keyloops, key=lambda x: x[0])[:2]:
+        print(f"key loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(40)))

@@ -6,6 +6,7 @@ whole `_prepare`, and the bytes each piece must move at least. Prints one JSON o
 """
 import json
 import statistics
+import sys
 
 import torch
 
@@ -34,7 +35,7 @@ def main():
         t["qk_each_TBps"] = elems * 3 / t["q_rows_ms"] / 1e9
         t["v_TBps"] = elems * 3 / t["v_cols_ms"] / 1e9
         out[name] = t
-        print(name, {k2: round(v2, 3) for k2, v2 in t.items()}, flush=True)
+        print(name, {k2: round(v2, 3) for k2, v2 in t.items()}, file=sys.stderr, flush=True)
     return out
 
 

@@ -2,7 +2,7 @@
 `s7_gpu.sh`: results/bench-gluon-h200-session7.json, results/e2e720-gluon-h200-session7.json) and the Nsight
 Compute summary (results/ncu/, results/scripts/ncu_summary.py). The Triton rows it re-measured (mxattention and
 sage2-int8 at wan-480p / wan-720p, their 720p e2e) replace the older ones (kept under session7.superseded_rows).
-Usage: python3 results/scripts/s7_update_json.py"""
+Usage (on the kernels-h200.json of before session 7, b4ace02): python3 results/scripts/s7_update_json.py"""
 
 import glob
 import json
@@ -38,6 +38,17 @@ d["session7"] = {
             "kernels": [{k: v for k, v in summary(p).items() if k != "stalls"} | {"stalls": summary(p)["stalls"]}
                         for p in sorted(glob.glob("results/ncu/ncu_*.csv.gz"))]},
     "superseded_rows": superseded,
+    # later calls on the MX Gluon kernel (each with its own same-run cuDNN baseline)
+    "gluon_iterations": [
+        {"call": 6, "commit": "7625aff", "change": "per-block P̃ work once per block (offline key loop 998 -> 952)",
+         "bench": json.load(open("results/bench-gluon-quad-h200-session7.json"))},
+        {"call": 7, "commit": "ℓ by MMA against ones (reverted)", "change": "PNQ rows of this call ran the reverted "
+         "kernel, which failed the mxattention reference test: not valid; direct-placement rows ran call 6's kernel",
+         "bench": json.load(open("results/bench-gluon-lmma-h200-session7.json"))},
+        {"call": 8, "commit": "final", "change": "row sums as a short tree (same instruction count)",
+         "bench": json.load(open("results/bench-gluon-tree-h200-session7.json"))},
+    ],
+    "mx_prepass_pieces": json.load(open("results/mx-prepass-pieces-h200-session7.json")),
 }
 json.dump(d, open(path, "w"), indent=1)
 print(len(plain), "rows in,", len(superseded), "superseded")
