@@ -55,8 +55,9 @@ def _loader(k_desc, v_desc, k_s, v_s, kready, vready, empty, k_row0, v_row, n_ti
 
 @aggregate
 class Consts:
-    """The consumers' compile-time constants (constexprs in a plain argument tuple reach warp-specialized
-    partitions as runtime values; an aggregate's constexpr fields stay constexpr)."""
+    """A consumer's compile-time constants, its warpgroup index WG among them (constexprs in a plain argument
+    tuple reach warp-specialized partitions as runtime values; an aggregate's constexpr fields stay constexpr)."""
+    WG: gl.constexpr
     MODE: gl.constexpr
     RULE: gl.constexpr
     FLQ: gl.constexpr
@@ -64,7 +65,8 @@ class Consts:
     PNQ: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, MODE, RULE, FLQ, QMAX, PNQ):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ):
+        self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
         self.FLQ = gl.constexpr(FLQ)
@@ -73,24 +75,11 @@ class Consts:
 
 
 @gluon.jit
-def _consumer0(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
-               n_tiles, c, so_n, P_SHIFT, consts):
+def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q,
+                        n_kv, n_tiles, c, so_n, P_SHIFT, consts):
+    """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, 0, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
-
-
-@gluon.jit
-def _consumer1(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
-               n_tiles, c, so_n, P_SHIFT, consts):
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, 1, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
-
-
-@gluon.jit
-def _consumer2(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
-               n_tiles, c, so_n, P_SHIFT, consts):
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, 2, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
+              c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
@@ -373,16 +362,20 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_
     n_tiles = gl.cdiv(n_kv, BN)
     out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
     args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS + bh.to(gl.int64) * sqs_bh,
-            KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG), pid_m * (64 * NWG),
-            n_q, n_kv, n_tiles, c, so_n, P_SHIFT, Consts(MODE, RULE, FLQ, QMAX, PNQ))
+            KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG),
+            pid_m * (64 * NWG), n_q, n_kv, n_tiles, c, so_n, P_SHIFT)
     largs = (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)
     if NWG == 2:
-        gl.warp_specialize([(_consumer0, args), (_consumer1, args), (_loader, largs)], [4, 1], [240, 24])
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ),)),
+                            (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
-        # (the default partition keeps the launch's count)
-        gl.warp_specialize([(_consumer0, args), (_consumer1, args), (_consumer2, args), (_loader, largs)], [4, 4, 1],
-                           [160, 160, 24])
+        # (the default partition keeps the launch's count: it spills, results/kernels-h200.md "Session 7")
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ),)),
+                            (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
 def descriptors(qq, kk, vv):
