@@ -96,15 +96,12 @@ def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexp
 
 
 @triton.jit
-def _mx_cols_kmax_kernel(X, KMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, D: tl.constexpr, TB: tl.constexpr,
-                         RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
-    """V, first pass: per (token tile, batch·head) the largest block exponent of each channel over the tile
-    (-1000 where every block is zero), KMAX (B·H, n_tiles, D) int32."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    _, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX)
-    kmax = tl.max(tl.where(amax > 0, k, -1000), axis=0)
-    tl.store(KMAX + (pid_bh * n_tiles + pid_t) * D + tl.arange(0, D), kmax)
+def _mx_exponent_kernel(AMAX, OUT, n, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """OUT = mx_exponent(AMAX) elementwise (int32; AMAX fp32 >= 0, zeros give 0)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inb = offs < n
+    tl.store(OUT + offs, mx_exponent(tl.load(AMAX + offs, mask=inb, other=0.0), RULE, FLQ, QMAX), mask=inb)
 
 
 @triton.jit
@@ -170,9 +167,9 @@ def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False)
 
 def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count).
-    Two passes over (token tile, batch·head) programs: the channels' largest block exponents per tile, then
-    (after their maximum over the tiles) the quantization (one program per channel group looping over the
-    sequence, as before, left the H200 with 160 programs at Wan shapes)."""
+    The channels' fold exponents from one min/max reduction over the tokens, then one pass over (token tile,
+    batch·head) programs for the quantization (one program per channel group looping over the sequence, as
+    before, left the H200 with 160 programs at Wan shapes)."""
     B, H, N, D = _dims(v, layout)
     n_tiles = triton.cdiv(N, TILE)
     n_pad = n_tiles * TILE
@@ -181,11 +178,15 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool) -> tuple[torch.Tensor, 
     rule, flq, q = rule_params(op)
     strides = _bhnd_strides(v, layout)
     if fp8:
-        kmax = torch.empty((B * H, n_tiles, D), device=v.device, dtype=torch.int32)
-        _mx_cols_kmax_kernel[(n_tiles, B * H)](v, kmax, *strides, H, N, n_tiles, D=D, TB=TILE, RULE=rule, FLQ=flq,
-                                               QMAX=q, num_warps=8)
-        kmax = kmax.amax(dim=1)
-        rexp = torch.where(kmax == -1000, 0, kmax - 6).to(torch.int32).contiguous()
+        # The fold exponent of a channel is its largest block exponent − 6. Every rule's exponent is
+        # non-decreasing in the block maximum (and the clamp keeps that), so that is the exponent of the
+        # channel's largest |v|: one min/max reduction over the tokens (exact) instead of a pass of tiles.
+        vmin, vmax = torch.aminmax(v, dim=2 if layout == "BHND" else 1)  # (B, H, D)
+        cmax = torch.maximum(vmax, -vmin).float().reshape(B * H, D).contiguous()
+        kmax = torch.empty((B * H, D), device=v.device, dtype=torch.int32)
+        _mx_exponent_kernel[(triton.cdiv(B * H * D, 1024),)](cmax, kmax, B * H * D, RULE=rule, FLQ=flq, QMAX=q,
+                                                            BLOCK=1024)
+        rexp = torch.where(cmax > 0, kmax - 6, 0).to(torch.int32).contiguous()
     else:
         rexp = torch.zeros((B * H, D), device=v.device, dtype=torch.int32)
     _mx_cols_kernel[(n_tiles, B * H)](v, out, rexp, bad, *strides, H, N, n_pad,
