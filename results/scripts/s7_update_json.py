@@ -49,6 +49,9 @@ d["session7"] = {
          "bench": json.load(open("results/bench-gluon-tree-h200-session7.json"))},
     ],
     "mx_prepass_pieces": json.load(open("results/mx-prepass-pieces-h200-session7.json")),
+    # call 9: V's fold exponents from one torch.aminmax (commit "prepass.mx_cols: ...")
+    "mx_prepass_pieces_v_aminmax": json.load(open("results/mx-prepass-pieces-vfix-h200-session7.json")),
+    "bench_v_aminmax": json.load(open("results/bench-vprepass-h200-session7.json")),
 }
 json.dump(d, open(path, "w"), indent=1)
 print(len(plain), "rows in,", len(superseded), "superseded")
