@@ -968,9 +968,12 @@ _MX_PREPASS_SCRIPT = textwrap.dedent(
         got_v = (vv[:, :, :200].float() * torch.exp2(rv.float())[:, :, None]).transpose(1, 2).reshape(1, 2, 200, 64)
         want_v = mxfp4.fake_quantize(v.double(), axis=-2, **kw).float()
         exact_v = ~(got_v != want_v).any(dim=-2)  # channels equal bit for bit
+        # the BNHD layout reduces another dimension for the channel exponents: the same bits
+        vv2, rv2, _ = prepass.mx_cols(v.transpose(1, 2).contiguous(), "BNHD", spec.v, fp8=True)
+        same_layouts = bool(torch.equal(vv2.view(torch.uint8), vv.view(torch.uint8)) and torch.equal(rv2, rv))
         res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()),
                            v_mismatch_channels=int((~exact_v).sum()), pad_zero=bool((vv[:, :, 200:] == 0).all()),
-                           zero_channel_exp=int(rv[1, 5]))
+                           zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts)
     print(json.dumps(res))
     """
 )
@@ -979,13 +982,13 @@ _MX_PREPASS_SCRIPT = textwrap.dedent(
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
 @interpreter_kernels
 def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
-    """The MXFP4 pre-pass (Q/K rows; V in two passes over token tiles) against formats.mxfp4 bit for bit, under
-    the CPU interpreter: three scale rules, a ragged last tile, an all-zero V channel, and one channel whose
-    tail blocks lie 2^-20 below its maximum (the only blocks E4M3 cannot fold: counted, and the only
-    mismatching channel)."""
+    """The MXFP4 pre-pass (Q/K rows; V: channel exponents from one min/max reduction, then a pass over token tiles)
+    against formats.mxfp4 bit for bit, under the CPU interpreter: three scale rules, a ragged last tile, an
+    all-zero V channel, and one channel whose tail blocks lie 2^-20 below its maximum (the only blocks E4M3
+    cannot fold: counted, and the only mismatching channel); V in the BNHD layout gives the same bits."""
     res = run_interpreted(_MX_PREPASS_SCRIPT.format(tests=str(REPO / "tests")))
     for recipe, r in res.items():
-        assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0, (recipe, r)
+        assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0 and r["bnhd_same"], (recipe, r)
         assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
 
 
