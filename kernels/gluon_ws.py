@@ -154,8 +154,8 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
     """MXFP4 P̃ of one tile (MODE 1), as `_core._tile_update`: y = P̃·2^P_SHIFT, its 32-key block maxima from the
     logits' block maxima bmax (1/32 of the work), the block exponents under the rule, RNE onto E2M1·2^kb.
     The per-block work runs once per block, not once per lane of the quad that holds the block's row (the
-    reduction leaves bmax replicated there): in `_block_layout`, then the two per-block constants go back to the
-    quad by shuffles. n_bad counts per (row, block) in that layout. Returns (p, y, n_bad)."""
+    reduction leaves bmax replicated there): in `_block_layout`, then the bits of 2^kb go back to the quad by
+    shuffles. n_bad counts per (row, block) in that layout. Returns (p, y, n_bad)."""
     M: gl.constexpr = qk.shape[0]
     BN: gl.constexpr = qk.shape[1]
     s_layout: gl.constexpr = qk.type.layout
