@@ -18,15 +18,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 from gluon_probe import fa_fp8_probe  # noqa: E402
 
 
-def _mangled(block, lay):
+def _mangled(block, lay, dtype="torch.float8_e4m3fn"):
+    """The signature string of a TMA descriptor argument with this block, shared layout and torch dtype name."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    class FakeT:
-        dtype = "torch.float8_e4m3fn"
-
+    class FakeT:  # what TensorDescriptor reads off a torch tensor
         def data_ptr(self):
             return 1024
 
+    FakeT.dtype = dtype
     return mangle_type(TensorDescriptor(FakeT(), [1 << 20, block[1]], [block[1], 1], block, lay))
 
 

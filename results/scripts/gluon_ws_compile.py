@@ -19,21 +19,10 @@ from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 here = os.path.dirname(__file__)
 sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", ".."))
+from gluon_compile import _mangled  # noqa: E402
 from sass_key_loop import loop_spans, sass_of  # noqa: E402
 
 from kernels.gluon_ws import attn_ws_fwd  # noqa: E402
-
-
-def _mangled(block, lay, dtype):
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.runtime.jit import mangle_type
-
-    class FakeT:  # what TensorDescriptor reads off a torch tensor
-        def data_ptr(self):
-            return 1024
-
-    FakeT.dtype = dtype
-    return mangle_type(TensorDescriptor(FakeT(), [1 << 20, block[1]], [block[1], 1], block, lay))
 
 
 def compile_ws(mode: int, over: dict):

@@ -45,9 +45,11 @@ if __name__ == "__main__":
     print("| kernel | ms | warp instr. (1e9) | issue % | ms at 100 % issue | tensor pipe % | XU % | warps/scheduler "
           "| regs | top stalls (cycles per issue) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    clocks = set()
     for p in sys.argv[1:]:
         s = summary(p)
+        clocks.add(round(s["mhz"]))
         st = ", ".join(f"{k} {v:.2f}" for v, k in s["stalls"])
         print(f"| {s['label']} (`{s['kernel']}`) | {s['ms']:.2f} | {s['inst'] / 1e9:.2f} | {s['issue']:.0f} | "
               f"{s['ms_full_issue']:.2f} | {s['tensor']:.0f} | {s['xu']:.0f} | {s['warps']:.1f} | {s['regs']} | {st} |")
-    print(f"\nSM clock under ncu (its default clock control): {summary(sys.argv[1])['mhz']:.0f} MHz")
+    print(f"\nSM clock under ncu (its default clock control): {min(clocks)}–{max(clocks)} MHz")

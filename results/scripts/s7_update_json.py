@@ -35,8 +35,7 @@ d["session7"] = {
     "gluon_rows": [dict(r, run="session7_call1") for r in bk["rows"] if "[" in r["recipe"]],
     "e2e": e2e,
     "ncu": {"shape": "B=1 H=16 N=16384 D=128 bf16, one call per kernel, ncu --set full (clocks locked by ncu)",
-            "kernels": [{k: v for k, v in summary(p).items() if k != "stalls"} | {"stalls": summary(p)["stalls"]}
-                        for p in sorted(glob.glob("results/ncu/ncu_*.csv.gz"))]},
+            "kernels": [summary(p) for p in sorted(glob.glob("results/ncu/ncu_*.csv.gz"))]},
     "superseded_rows": superseded,
     # later calls on the MX Gluon kernel (each with its own same-run cuDNN baseline)
     "gluon_iterations": [
