@@ -104,6 +104,15 @@ def _quad_layout(M, NB):
 
 
 @gluon.jit
+def _diagonal(M: gl.constexpr, NB: gl.constexpr):
+    """(1, NB, NB) in `_quad_layout`: True where the block index equals the quad lane."""
+    q3: gl.constexpr = _quad_layout(M, NB)
+    blk = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(2, q3)))
+    lane = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(1, q3)))
+    return blk[None, :, None] == lane[None, None, :]
+
+
+@gluon.jit
 def _to_quad(v, like: gl.constexpr):
     """v (row, block) with one element per thread (`_block_layout`) onto every lane of its quad, in `like`'s
     layout (the block maxima's): lane b of the quad holds block b, so selecting it on the diagonal of a
@@ -113,10 +122,7 @@ def _to_quad(v, like: gl.constexpr):
     NB: gl.constexpr = v.shape[1]
     q3: gl.constexpr = _quad_layout(M, NB)
     grid = gl.expand_dims(gl.convert_layout(v, gl.SliceLayout(1, q3)), 1)  # (row, 1, lane): lane's own block
-    blk = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(2, q3)))
-    lane = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(1, q3)))
-    diag = gl.where(blk[None, :, None] == lane[None, None, :], grid, 0)
-    return gl.convert_layout(gl.reduce(diag, 2, _or), like)
+    return gl.convert_layout(gl.reduce(gl.where(_diagonal(M, NB), grid, 0), 2, _or), like)
 
 
 @gluon.jit
@@ -128,10 +134,7 @@ def _own_block(v):
     NB: gl.constexpr = v.shape[1]
     q3: gl.constexpr = _quad_layout(M, NB)
     grid = gl.expand_dims(gl.convert_layout(v, gl.SliceLayout(2, q3)), 2)  # (row, block, 1)
-    blk = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(2, q3)))
-    lane = gl.arange(0, NB, gl.SliceLayout(0, gl.SliceLayout(1, q3)))
-    diag = gl.where(blk[None, :, None] == lane[None, None, :], grid, float("-inf"))
-    return gl.convert_layout(gl.max(diag, axis=1), _block_layout(M, NB))
+    return gl.convert_layout(gl.max(gl.where(_diagonal(M, NB), grid, float("-inf")), axis=1), _block_layout(M, NB))
 
 
 @gluon.jit
