@@ -1,4 +1,4 @@
-"""Summarise the Nsight Compute raw CSVs (results/scripts/s7_ncu.sh, s7_ncu2.sh; stored gzipped in results/ncu/)
+"""Summarise the Nsight Compute raw CSVs (results/scripts/s7_ncu.sh; stored gzipped in results/ncu/)
 into one table: duration, warp instructions, issue-slot use, tensor-pipe use, warps per scheduler and the leading
 warp-stall reasons (cycles per issued instruction, per warp), plus the time the kernel would take at 100 % issue.
 

@@ -1,21 +1,32 @@
 #!/bin/bash
-# Session 7: Nsight Compute (`ncu --set full`, raw page as CSV) on one call of each kernel at B=1, H=16,
-# N=16384, D=128 (results/scripts/ncu_target.py): where the time goes, per pipe and per stall reason.
-# Summarised by results/scripts/ncu_summary.py into results/ncu-h200.md.
+# Session 7: Nsight Compute (`ncu --set full`, raw page as CSV) on one call of each named kernel at B=1, H=16,
+# N=16384, D=128 (results/scripts/ncu_target.py), packed into $OUT/ncu.tgz (a call returns at most 8 files).
+# Summarised by results/scripts/ncu_summary.py; the CSVs are kept gzipped in results/ncu/.
+#   call 3: bash results/scripts/s7_ncu.sh sdpa-cudnn mx-triton mx-gluon sage-triton sage-gluon dense-triton
+#   call 4: bash results/scripts/s7_ncu.sh sdpa-cudnn sage-triton mx-gluon-stages4 probe-ws
+#   call 6: bash results/scripts/s7_ncu.sh mx-gluon-quad   (the per-block-once kernel, after s7_gpu.sh)
+# (calls 3 and 4 ran the same steps from two scripts; call 3's CSVs for sage-triton and sdpa-cudnn were lost to
+# the 8-file limit and re-made in call 4)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ln -sfn ../kernels lowbit_video/kernels
-run() {  # label, kernel-name regex, target args...
-  local label=$1 rx=$2; shift 2
+mkdir -p /tmp/ncu
+for label in "$@"; do
+  case $label in  # kernel-name regex, then ncu_target.py's arguments
+    sdpa-cudnn) set -- "cudnn|sm90|flash|fmha|attn" sdpa-cudnn ;;
+    mx-triton) set -- attn_fwd mxattention ;;
+    mx-gluon|mx-gluon-quad) set -- attn_ws_fwd mxattention GLUON=True ;;
+    mx-gluon-stages4) set -- attn_ws_fwd mxattention GLUON=True NUM_STAGES=4 ;;
+    sage-triton) set -- attn_fwd sage2-int8 ;;
+    sage-gluon) set -- attn_ws_fwd sage2-int8 GLUON=True ;;
+    dense-triton) set -- attn_fwd fp16 ;;
+    probe-ws) set -- probe probe-ws ;;
+    *) echo "unknown kernel label $label"; continue ;;
+  esac
+  rx=$1; shift
   timeout 120 ncu --set full --page raw --csv -k regex:"$rx" -c 1 python3 results/scripts/ncu_target.py "$@" \
-    > $OUT/ncu_$label.csv 2> $OUT/ncu_$label.err
-  echo "$label rc=$? $(wc -c < $OUT/ncu_$label.csv) bytes; $(grep -c ERR $OUT/ncu_$label.err) ERR lines"
-}
-run sdpa-cudnn "cudnn|sm90|flash|fmha|attn" sdpa-cudnn
-run mx-triton "attn_fwd" mxattention
-run mx-gluon "attn_ws_fwd" mxattention GLUON=True
-run sage-triton "attn_fwd" sage2-int8
-run sage-gluon "attn_ws_fwd" sage2-int8 GLUON=True
-run dense-triton "attn_fwd" fp16
-head -c 600 $OUT/ncu_mx-triton.err
+    > /tmp/ncu/ncu_$label.csv 2> /tmp/ncu/ncu_$label.err
+  echo "$label rc=$? $(wc -c < /tmp/ncu/ncu_$label.csv) bytes"
+done
+tar czf $OUT/ncu.tgz -C /tmp/ncu .
 rm -f lowbit_video/kernels

@@ -29,7 +29,7 @@ d["session7"] = {
             "sage2-int8 against the Triton kernel in the same run; Nsight Compute profiles of every kernel",
     "date": "2026-11-29",
     "command": "SHAPES='wan-480p wan-720p' E2E_RES=720p bash results/scripts/s7_gpu.sh; "
-               "bash results/scripts/s7_ncu.sh; bash results/scripts/s7_ncu2.sh",
+               "bash results/scripts/s7_ncu.sh LABEL... (calls 3, 4 and 6; labels in its header)",
     "gpu": bk["gpu"], "driver": bk["driver"], "torch": bk["torch"], "triton": bk["triton"],
     "baselines": bk["baselines"],
     "gluon_rows": [dict(r, run="session7_call1") for r in bk["rows"] if "[" in r["recipe"]],
