@@ -203,11 +203,25 @@ def _row_sum_tree(x):
 
 
 @gluon.jit
+def _as_operand(p8, p_layout: gl.constexpr):
+    """P̂ (64×128 E4M3, the QKᵀ accumulator's layout) as the A operand of P̂·V̂, with no data moving between
+    threads: a thread's accumulator holds keys 8a + 2q + e (+16h, +32c) of its rows, the FP8 operand wants
+    4q + i there, so key 8a + 2q + e becomes operand column 4q + 2a + e (swap the a and q index bits). Vᵀ is
+    stored with its keys in that order (`prepass.gluon_key_order`), so P̂·V̂ is the same sum in another order.
+    Without it the conversion is 16 SEL + 16 SHFL + 16 PRMT per thread and tile (offline SASS)."""
+    M: gl.constexpr = p8.shape[0]
+    BN: gl.constexpr = p8.shape[1]
+    t = gl.permute(gl.reshape(p8, [M, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4])  # (row, 16h+32c, q, a, e)
+    return gl.convert_layout(gl.reshape(t, [M, BN]), p_layout)
+
+
+@gluon.jit
 def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
           offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
-          row_o: gl.constexpr, MASKED: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
-          QMAX: gl.constexpr, PNQ: gl.constexpr):
-    """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) and P̃·V(j) issued, one wait."""
+          row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
+          FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr):
+    """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) (if NEXT: not for the last tile)
+    and P̃·V(j) issued, one wait."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     st = j % STAGES
@@ -245,13 +259,18 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         l_i = l_i * alpha + _row_sum_tree(y)
     else:
         l_i = l_i * alpha + gl.sum(y, axis=1)
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
-    has_next = j + 1 < n_tiles  # if not, the QKᵀ below reads a stale stage and its result is unused
-    mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1, pred=has_next)
-    s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
+    # NEXT is a constexpr rather than a predicate on the wait: a predicated mbarrier wait costs a warpgroup
+    # bar.sync per tile (offline PTX)
+    if NEXT:
+        mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1)
+        s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (j // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-    s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
+    if NEXT:
+        s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
+    else:
+        pv = warpgroup_mma_wait(0, deps=(pv_tok,))
     # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled after the wait: fewer
     # registers live while the MMAs run)
     acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
@@ -304,18 +323,22 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     mbarrier.wait(kready.index(0), 0)
     s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
-    # whole tiles unmasked, the ragged last one (if any) with its keys past n_kv dropped
-    n_full = n_kv // BN
-    for j in range(n_full):
+    # every tile but the last is whole and has a next one; the last is masked if ragged (keys past n_kv dropped)
+    for j in range(n_tiles - 1):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
             j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
-            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, MODE, RULE, FLQ, QMAX,
-            PNQ)
-    if n_full < n_tiles:
-        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_full, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
-            offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, MODE, RULE, FLQ,
+            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, True, MODE, RULE, FLQ,
             QMAX, PNQ)
+    if n_kv % BN != 0:
+        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
+            offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE,
+            FLQ, QMAX, PNQ)
+    else:
+        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
+            offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, False, MODE,
+            RULE, FLQ, QMAX, PNQ)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)

@@ -251,13 +251,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     if variant == "int4" and cfg.get("DS") == "fused" and spec.smooth_q and D > 64:
         # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
         raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
-    prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"))
+    prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
+                    gluon=_gluon(cfg, key_padding_mask is not None, promote))
     return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                    promote, cfg, st)
 
 
-def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table"):
-    """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs)."""
+def _gluon(cfg: dict, has_kpm: bool, promote: bool) -> bool:
+    """Whether the Gluon kernel runs (given 8-bit operands): config GLUON, without a key padding mask, promoted."""
+    if cfg.get("GLUON") and (has_kpm or not promote):
+        raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
+    return bool(cfg.get("GLUON"))
+
+
+def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False):
+    """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs). gluon: the Gluon
+    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.gluon_slot`)."""
     dev = q.device
     dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
     rule, flq, qmax = 0, 2, 6.0
@@ -288,7 +297,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             had = spec.rotation == "hadamard"
             qq, qs, qbad = prepass.mx_rows(q, layout, spec.q, fp8=True, hadamard=had)
             kk, ks, kbad = prepass.mx_rows(k, layout, spec.k, fp8=True, hadamard=had)
-            vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p)
+            vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p, gluon_order=gluon and not exact_p)
             # one device-to-host read (one sync) for the three counts: the fallback decision
             nq, nk, nv = torch.cat([qbad, kbad, vbad]).tolist()
             st.qk_inexact_blocks = nq + nk
@@ -300,6 +309,9 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             st.v_fallback = st.v_inexact_blocks > 0
             if st.v_fallback:
                 vv, vs, _ = prepass.mx_cols(v, layout, spec.v, fp8=False)
+            elif st.qk_fallback and gluon and not exact_p:
+                # bf16 Q/K run the Triton kernel, which reads Vᵀ in token order
+                vv, vs, _ = prepass.mx_cols(v, layout, spec.v, fp8=True)
             p_fp8 = vv.dtype == torch.float8_e4m3fn
             rule, flq, qmax = prepass.rule_params(spec.p)
             p_shift, pnq = 8.0, spec.placement == "pnq"
@@ -328,7 +340,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             pnq, prow = spec.placement == "pnq", spec.p.outer_scale == "row"
         else:
             mode = MODE_SAGE
-            qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout)
+            qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, gluon_order=gluon)
             p_fp8 = True
             p_shift = -math.log2(float(torch.tensor(spec.p.static_scale, dtype=torch.float32)))
         if timed:
@@ -339,7 +351,9 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
         sv = (vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2))
         sqs, sks, svs = qs.stride(0), ks.stride(0), vs.stride(0)
 
-    return dict(qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs, sks=sks, svs=svs,
+    gluon_order = gluon and variant in ("mx", "sage") and qq.element_size() == 1 and vv.element_size() == 1
+    return dict(gluon_order=gluon_order, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
+                sks=sks, svs=svs,
                 mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,
                 kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
 
@@ -356,9 +370,8 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
     # the warp-specialized Gluon kernel (kernels/gluon_ws.py) takes 8-bit operands only: an MXFP4 pre-pass that
     # fell back to bf16 operands for exactness (or exact_p) runs the Triton kernel, with the same numerics
-    if cfg.get("GLUON") and (has_kpm or not promote):
-        raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
-    if cfg.get("GLUON") and P["qq"].element_size() == 1 and P["vv"].element_size() == 1:
+    # the pre-pass wrote Vᵀ in the Gluon kernel's key order exactly when that kernel is to run
+    if P.get("gluon_order"):
         from . import gluon_ws
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"])
@@ -427,7 +440,7 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
 
     def run_prepass():
         box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments,
-                               cfg.get("DS", "table"))
+                               cfg.get("DS", "table"), gluon=_gluon(cfg, False, promote))
 
     def run_kernel():
         return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)

@@ -85,6 +85,20 @@ def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles
 
 
 @triton.jit
+def gluon_slot(toks):
+    """Where key `toks` is stored in Vᵀ for the Gluon kernel: within every 16 keys, 8a + 2q + e -> 4q + 2a + e
+    (gluon_ws._as_operand reads P̂ in that order, so its accumulator needs no shuffles to become the MMA
+    operand). A permutation inside aligned 16-key groups: padding stays padding, tiles stay tiles."""
+    return (toks & ~14) | ((toks >> 2) & 2) | ((toks & 6) << 1)
+
+
+def gluon_key_order(n: int, device=None) -> torch.Tensor:
+    """The same map on the host: slot (n,) int64 with Vᵀ[..., slot[t]] = V[t] (n a multiple of 16)."""
+    t = torch.arange(n, device=device)
+    return (t & ~14) | ((t >> 2) & 2) | ((t & 6) << 1)
+
+
+@triton.jit
 def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
                   RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
     """One TB-token tile of V (all D channels, read along D: coalesced), as (TB/32, 32, D) fp32 blocks of 32
@@ -107,10 +121,10 @@ def _mx_exponent_kernel(AMAX, OUT, n, RULE: tl.constexpr, FLQ: tl.constexpr, QMA
 @triton.jit
 def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
                     D: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
-                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr):
+                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr, GLUON_ORDER: tl.constexpr):
     """V, second pass: one program per (TB-token tile, batch·head); 32-blocks along tokens; REXP (B·H, D)
     the fold exponent of each channel over the whole sequence (the first pass's maximum − 6; 0 for bf16).
-    OUT is V transposed, (B·H, D, N_PAD), zero-padded."""
+    OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `gluon_slot` order if GLUON_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX)
@@ -125,6 +139,8 @@ def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
     y = tl.where(xs < 0, -q, q) * _pow2(tl.maximum(rel, -126))[:, None, :]
     y = tl.reshape(y, (TB, D))
     toks = pid_t * TB + tl.arange(0, TB)
+    if GLUON_ORDER:
+        toks = gluon_slot(toks)
     tl.store(OUT + pid_bh * (D * N_PAD) + chans[None, :] * N_PAD + toks[:, None], y.to(OUT.dtype.element_ty))
 
 
@@ -165,8 +181,10 @@ def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False)
     return out, rexp, bad
 
 
-def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count).
+def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
+            gluon_order: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count); the tokens of
+    Vᵀ in `gluon_slot` order if gluon_order (the Gluon kernel's).
     The channels' fold exponents from one min/max reduction over the tokens, then one pass over (token tile,
     batch·head) programs for the quantization (one program per channel group looping over the sequence, as
     before, left the H200 with 160 programs at Wan shapes)."""
@@ -190,7 +208,8 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool) -> tuple[torch.Tensor, 
     else:
         rexp = torch.zeros((B * H, D), device=v.device, dtype=torch.int32)
     _mx_cols_kernel[(n_tiles, B * H)](v, out, rexp, bad, *strides, H, N, n_pad,
-                                      D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8, num_warps=8)
+                                      D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8,
+                                      GLUON_ORDER=gluon_order, num_warps=8)
     return out, rexp, bad
 
 
@@ -233,8 +252,10 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
 
 
 @triton.jit
-def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr):
-    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating), written transposed (B·H, D, n_pad)."""
+def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
+                  GLUON_ORDER: tl.constexpr):
+    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating), written transposed (B·H, D, n_pad), the
+    tokens in `gluon_slot` order if GLUON_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -262,6 +283,8 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
     c = cbits.to(tl.float32, bitcast=True)
     r = tl.minimum((a + c) - c, 448.0)
     f = tl.where(f < 0, -r, r)
+    if GLUON_ORDER:
+        toks = gluon_slot(toks)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
 
 
@@ -271,9 +294,10 @@ SAGE_ROWS = (32, 4)
 SAGE_V_TOKENS = (32, 4)
 
 
-def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str):
+def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, gluon_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
-    its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D))."""
+    its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
+    the tokens of Vᵀ in `gluon_slot` order if gluon_order (the Gluon kernel's)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     tok = 1 if layout == "BNHD" else 2
@@ -298,7 +322,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str)
                                               D=D, ROWS=rows, SUB_MEAN=True, num_warps=warps)
     tb, warps = SAGE_V_TOKENS
     _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
-                                        num_warps=warps)
+                                        GLUON_ORDER=gluon_order, num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
 

@@ -192,6 +192,17 @@ def test_gluon_config_runs_the_triton_kernel_on_exact_bf16_fallbacks():
     check_against_reference("mxfp4-ocp", q, k, v, out)
 
 
+def test_gluon_key_order_swaps_the_accumulator_and_operand_columns():
+    """Within 16 keys, the wgmma accumulator gives a thread keys 8a + 2q + e, the FP8 operand wants 4q + 2a + e
+    (PTX ISA, wgmma register fragments): Vᵀ stores key t at that slot, a permutation inside 16-key groups."""
+    from lowbit_video.kernels.prepass import gluon_key_order
+
+    first = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15]
+    slot = gluon_key_order(256)
+    assert slot[:16].tolist() == first
+    assert torch.equal(slot.view(16, 16) - torch.arange(0, 256, 16)[:, None], torch.tensor(first).expand(16, 16))
+
+
 def test_gluon_config_is_refused_where_it_does_not_apply():
     from lowbit_video.kernels.launch import merged_config
 
@@ -522,10 +533,16 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
     import json, sys, torch
     sys.path.insert(0, {tests!r})
     from test_kernels_attention import _sage_prepass_vs_formats, make_qkv
+    from lowbit_video.kernels import prepass
     res = {{}}
     for dt in (torch.bfloat16, torch.float32):
         q, k, v = make_qkv(1, 2, 130, 200, 64, outliers=False, seed=364, dtype=dt)
         res[str(dt)] = _sage_prepass_vs_formats(q, k, v)
+        # the Gluon kernel's key order: the same Vᵀ bytes, key t at slot gluon_key_order[t]
+        vt = prepass.sage_prepass(q, k, v, "BHND")[4]
+        vt2 = prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)[4]
+        slot = prepass.gluon_key_order(vt.shape[-1])
+        res[str(dt)]["gluon_order_differs"] = not torch.equal(vt2[..., slot].view(torch.uint8), vt.view(torch.uint8))
     print(json.dumps(res))
     """
 )
@@ -534,7 +551,8 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
 def test_sage_prepass_bit_exact_under_triton_interpreter_on_cpu():
     """The sage2 pre-pass through TRITON_INTERPRET=1: codes and scales equal formats.intq / formats.fp8
-    bit for bit, bf16-valued data (exact E4M3 ties in V) included."""
+    bit for bit, bf16-valued data (exact E4M3 ties in V) included; Vᵀ in the Gluon kernel's key order is the
+    same bytes permuted."""
     res = run_interpreted(_SAGE_INTERP_SCRIPT.format(tests=str(REPO / "tests")))
     for dt, bad in res.items():
         assert not any(bad.values()), (dt, bad)
@@ -971,9 +989,13 @@ _MX_PREPASS_SCRIPT = textwrap.dedent(
         # the BNHD layout reduces another dimension for the channel exponents: the same bits
         vv2, rv2, _ = prepass.mx_cols(v.transpose(1, 2).contiguous(), "BNHD", spec.v, fp8=True)
         same_layouts = bool(torch.equal(vv2.view(torch.uint8), vv.view(torch.uint8)) and torch.equal(rv2, rv))
+        # the Gluon kernel's key order: the same bytes, key t at slot gluon_key_order[t]
+        vv3, rv3, _ = prepass.mx_cols(v, "BHND", spec.v, fp8=True, gluon_order=True)
+        slot = prepass.gluon_key_order(vv.shape[-1])
+        gluon_order = bool(torch.equal(vv3[..., slot].view(torch.uint8), vv.view(torch.uint8)) and torch.equal(rv3, rv))
         res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()),
                            v_mismatch_channels=int((~exact_v).sum()), pad_zero=bool((vv[:, :, 200:] == 0).all()),
-                           zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts)
+                           zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts, gluon_order=gluon_order)
     print(json.dumps(res))
     """
 )
@@ -985,10 +1007,12 @@ def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
     """The MXFP4 pre-pass (Q/K rows; V: channel exponents from one min/max reduction, then a pass over token tiles)
     against formats.mxfp4 bit for bit, under the CPU interpreter: three scale rules, a ragged last tile, an
     all-zero V channel, and one channel whose tail blocks lie 2^-20 below its maximum (the only blocks E4M3
-    cannot fold: counted, and the only mismatching channel); V in the BNHD layout gives the same bits."""
+    cannot fold: counted, and the only mismatching channel); V in the BNHD layout gives the same bits, and in the
+    Gluon kernel's key order the same bytes permuted."""
     res = run_interpreted(_MX_PREPASS_SCRIPT.format(tests=str(REPO / "tests")))
     for recipe, r in res.items():
         assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0 and r["bnhd_same"], (recipe, r)
+        assert r["gluon_order"], (recipe, r)
         assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
 
 
