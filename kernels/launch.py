@@ -44,6 +44,7 @@ class KernelStats:
     v_fallback: bool = False
     p_inexact_blocks: int = 0
     prepass_ms: float = 0.0  # set by finalize_stats
+    kernel: str = ""  # which kernel ran: "gluon" (kernels/gluon_ws.py) or "triton" (kernels/_core.py)
 
 
 last_stats = KernelStats()
@@ -146,10 +147,13 @@ def _config(variant: str, head_dim: int) -> dict:
     # mx / sage (scales are per token or per 128-token tile), it is the INT4 / NVFP4 Q-smoothing group.
     if variant == "dense":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)
+    # GLUON: the warp-specialized Gluon kernel (kernels/gluon_ws.py) where it applies (no key padding mask,
+    # promote=True, 8-bit operands), measured faster than the Triton kernel for both (results/kernels-h200.md,
+    # "Session 8"); the other keys tune the Triton kernel, which runs everything else.
     if variant == "mx":
-        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True)
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True)
     if variant == "sage":
-        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False)
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True)
     if variant == "int4":
         # DS: how the Q-smoothing term ΔS = q_mean · K_smoothedᵀ is formed: "table" (pre-pass, fp32
         # GEMM into a (q group, key) table the kernel reads 4 bytes per key from) or "fused" (3xTF32 MMA
@@ -164,6 +168,8 @@ def _config(variant: str, head_dim: int) -> dict:
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
                "TMA": bool, "maxnreg": int, "GLUON": bool}
+# keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
+TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
 
 def with_overrides(defaults: dict, config: dict | None, types: dict, what: str) -> dict:
@@ -183,6 +189,12 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
     """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types,
     BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored."""
     cfg = with_overrides(_config(variant, head_dim), config, CONFIG_KEYS, "kernel config")
+    triton_keys = [key for key in (config or {}) if key in TRITON_ONLY_KEYS]
+    if triton_keys and cfg.get("GLUON"):
+        if (config or {}).get("GLUON"):
+            raise ValueError(f"kernel config {', '.join(triton_keys)} tune(s) the Triton kernel, not GLUON's; "
+                             "drop GLUON=true")
+        cfg["GLUON"] = False  # a Triton knob asks for the Triton kernel
     if cfg["BLOCK_M"] not in (16, 32, 64, 128, 256):
         raise ValueError(f"kernel config BLOCK_M must be a power of two in 16..256, got {cfg['BLOCK_M']}")
     if cfg["num_warps"] not in (1, 2, 4, 8, 16):
@@ -196,7 +208,9 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
                          "MXFP4 recipes only")
     if cfg.get("GLUON") and cfg["NUM_STAGES"] < 2:
         # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
-        raise ValueError("kernel config GLUON needs NUM_STAGES >= 2")
+        if (config or {}).get("GLUON"):
+            raise ValueError("kernel config GLUON needs NUM_STAGES >= 2")
+        cfg["GLUON"] = False
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -252,21 +266,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
         raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
     prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
-                    gluon=_gluon(cfg, key_padding_mask is not None, promote))
+                    gluon=_gluon(cfg, key_padding_mask is not None, promote, q.device))
     return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                    promote, cfg, st)
 
 
-def _gluon(cfg: dict, has_kpm: bool, promote: bool) -> bool:
-    """Whether the Gluon kernel runs (given 8-bit operands): config GLUON, without a key padding mask, promoted."""
-    if cfg.get("GLUON") and (has_kpm or not promote):
-        raise ValueError("kernel config GLUON runs without a key padding mask and with promote=True")
-    return bool(cfg.get("GLUON"))
+def _gluon(cfg: dict, has_kpm: bool, promote: bool, device: torch.device) -> bool:
+    """Whether the Gluon kernel runs (given 8-bit operands): config GLUON, without a key padding mask, promoted,
+    on a Hopper GPU (its wgmma/TMA code is sm_90's; the CPU interpreter does not run Gluon); otherwise the Triton
+    kernel (same numerics) runs."""
+    if not cfg.get("GLUON") or has_kpm or not promote or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False):
     """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs). gluon: the Gluon
-    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.gluon_slot`)."""
+    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.gluon_key`)."""
     dev = q.device
     dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
     rule, flq, qmax = 0, 2, 6.0
@@ -361,6 +377,8 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
 def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st):
     global last_stats
     out = torch.empty_like(q)
+    if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     so = prepass._bhnd_strides(out, layout)
     bad = torch.zeros((1,), device=q.device, dtype=torch.int32)
     P = prep
@@ -375,7 +393,9 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         from . import gluon_ws
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"])
+        st.kernel = "gluon"
     else:
+        st.kernel = "triton"
         grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
     st._bad = bad if P["mode"] == MODE_MX else None
@@ -440,7 +460,7 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
 
     def run_prepass():
         box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments,
-                               cfg.get("DS", "table"), gluon=_gluon(cfg, False, promote))
+                               cfg.get("DS", "table"), gluon=_gluon(cfg, False, promote, q.device))
 
     def run_kernel():
         return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)

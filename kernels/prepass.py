@@ -29,12 +29,16 @@ TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the r
 
 
 @triton.jit
-def _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS: tl.constexpr, D: tl.constexpr):
+def _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS: tl.constexpr, D: tl.constexpr,
+                GLUON_ORDER: tl.constexpr = False):
     """Tokens pid_t·ROWS .. +ROWS of one (batch, head) of X (any strides) as a (ROWS, D) tile in X's dtype,
-    tokens past N read as 0; and the tile's token and channel indices."""
+    tokens past N read as 0; and the tile's token and channel indices. GLUON_ORDER: row p of the tile is token
+    `gluon_key(p)` (a permutation inside 16-token groups)."""
     b = pid_bh // H
     h = pid_bh % H
     rows = pid_t * ROWS + tl.arange(0, ROWS)
+    if GLUON_ORDER:
+        rows = gluon_key(rows)
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d, mask=(rows < N)[:, None],
                 other=0.0)
@@ -85,25 +89,27 @@ def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles
 
 
 @triton.jit
-def gluon_slot(toks):
-    """Where key `toks` is stored in Vᵀ for the Gluon kernel: within every 16 keys, 8a + 2q + e -> 4q + 2a + e
-    (gluon_ws._as_operand reads P̂ in that order, so its accumulator needs no shuffles to become the MMA
-    operand). A permutation inside aligned 16-key groups: padding stays padding, tiles stay tiles."""
-    return (toks & ~14) | ((toks >> 2) & 2) | ((toks & 6) << 1)
+def gluon_key(slot):
+    """Which key column `slot` of Vᵀ holds for the Gluon kernel: within every 16 keys, column 4q + 2a + e holds
+    key 8a + 2q + e (gluon_ws._as_operand reads P̂ in that order, so its accumulator needs no shuffles to become
+    the MMA operand). A permutation inside aligned 16-key groups: padding stays padding, tiles stay tiles. The
+    pre-passes read tokens in this order and write Vᵀ contiguously (scattered stores doubled the sage2 V pass)."""
+    return (slot & ~14) | ((slot >> 1) & 6) | ((slot & 2) << 2)
 
 
 def gluon_key_order(n: int, device=None) -> torch.Tensor:
-    """The same map on the host: slot (n,) int64 with Vᵀ[..., slot[t]] = V[t] (n a multiple of 16)."""
-    t = torch.arange(n, device=device)
-    return (t & ~14) | ((t >> 2) & 2) | ((t & 6) << 1)
+    """The same map on the host: keys (n,) int64 with Gluon-order Vᵀ = Vᵀ[..., keys] (n a multiple of 16)."""
+    p = torch.arange(n, device=device)
+    return (p & ~14) | ((p >> 1) & 6) | ((p & 2) << 2)
 
 
 @triton.jit
 def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
-                  RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr):
+                  RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr, GLUON_ORDER: tl.constexpr = False):
     """One TB-token tile of V (all D channels, read along D: coalesced), as (TB/32, 32, D) fp32 blocks of 32
     tokens per channel, and each block's MXFP4 exponent k (TB/32, D) and maximum |x|."""
-    x, _, _ = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D)
+    # (in GLUON_ORDER the tile's 32-token blocks hold the same tokens in another order: same maxima, same codes)
+    x, _, _ = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D, GLUON_ORDER)
     xb = tl.reshape(x.to(tl.float32), (TB // 32, 32, D))
     amax = tl.max(tl.abs(xb), axis=1)
     return xb, mx_exponent(amax, RULE, FLQ, QMAX), amax
@@ -124,10 +130,10 @@ def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
                     FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr, GLUON_ORDER: tl.constexpr):
     """V, second pass: one program per (TB-token tile, batch·head); 32-blocks along tokens; REXP (B·H, D)
     the fold exponent of each channel over the whole sequence (the first pass's maximum − 6; 0 for bf16).
-    OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `gluon_slot` order if GLUON_ORDER."""
+    OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `gluon_key` order if GLUON_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX)
+    xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX, GLUON_ORDER)
     chans = tl.arange(0, D)
     r = tl.load(REXP + pid_bh * D + chans)
     rel = k - r[None, :]
@@ -139,8 +145,6 @@ def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
     y = tl.where(xs < 0, -q, q) * _pow2(tl.maximum(rel, -126))[:, None, :]
     y = tl.reshape(y, (TB, D))
     toks = pid_t * TB + tl.arange(0, TB)
-    if GLUON_ORDER:
-        toks = gluon_slot(toks)
     tl.store(OUT + pid_bh * (D * N_PAD) + chans[None, :] * N_PAD + toks[:, None], y.to(OUT.dtype.element_ty))
 
 
@@ -184,7 +188,7 @@ def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False)
 def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
             gluon_order: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count); the tokens of
-    Vᵀ in `gluon_slot` order if gluon_order (the Gluon kernel's).
+    Vᵀ in `gluon_key` order if gluon_order (the Gluon kernel's).
     The channels' fold exponents from one min/max reduction over the tokens, then one pass over (token tile,
     batch·head) programs for the quantization (one program per channel group looping over the sequence, as
     before, left the H200 with 160 programs at Wan shapes)."""
@@ -255,15 +259,18 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
                   GLUON_ORDER: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating), written transposed (B·H, D, n_pad), the
-    tokens in `gluon_slot` order if GLUON_ORDER."""
+    tokens in `gluon_key` order if GLUON_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
     toks = pid_t * TB + tl.arange(0, TB)
+    keys = toks  # column toks of Vᵀ holds token keys
+    if GLUON_ORDER:
+        keys = gluon_key(toks)
     cols = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + toks[None, :] * sx_n + cols[:, None] * sx_d,
-                mask=(toks < N)[None, :], other=0.0).to(tl.float32)
+    x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
+                mask=(keys < N)[None, :], other=0.0).to(tl.float32)
     # exact quotient (fp64), rounded to fp32 *to odd* so the final RNE onto E4M3 is one exact rounding
     # (formats/e4m3.py does the same): truncate toward zero, set the last bit if anything was dropped
     t = x.to(tl.float64) / tl.load(SV + pid_bh * D + cols).to(tl.float64)[:, None]
@@ -283,8 +290,6 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
     c = cbits.to(tl.float32, bitcast=True)
     r = tl.minimum((a + c) - c, 448.0)
     f = tl.where(f < 0, -r, r)
-    if GLUON_ORDER:
-        toks = gluon_slot(toks)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
 
 
@@ -297,7 +302,7 @@ SAGE_V_TOKENS = (32, 4)
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, gluon_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
-    the tokens of Vᵀ in `gluon_slot` order if gluon_order (the Gluon kernel's)."""
+    the tokens of Vᵀ in `gluon_key` order if gluon_order (the Gluon kernel's)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     tok = 1 if layout == "BNHD" else 2

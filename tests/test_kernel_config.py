@@ -17,6 +17,7 @@ def test_defaults_are_the_measured_ones_and_overrides_apply():
     assert (mx["PIPE"], mx["NUM_STAGES"], mx["BLOCK_M"], mx["num_warps"]) == (True, 4, 128, 8)
     sage = merged_config("sage", 128, None)
     assert (sage["PIPE"], sage["BLOCK_M"], sage["num_warps"]) == (False, 64, 4)
+    assert mx["GLUON"] is True and sage["GLUON"] is True  # the Gluon kernel where it applies (Session 8)
     over = merged_config("mx", 128, {"PIPE": False, "NUM_STAGES": 3})
     assert over["PIPE"] is False and over["NUM_STAGES"] == 3 and over["BLOCK_M"] == 128
     assert "maxnreg" not in mx and merged_config("sage", 128, {"maxnreg": 168})["maxnreg"] == 168

@@ -131,6 +131,9 @@ def test_kernel_matches_reference(recipe, outliers, shape, layout):
     st = KernelStats()
     out = attention(*(to_layout(t, layout).cuda() for t in (q, k, v)), recipe, layout=layout, stats=st)
     finalize_stats(st)
+    # the default kernel: Gluon for sage2-int8 and the MXFP4 recipes (8-bit operands), Triton otherwise
+    gluon = st.variant in ("mx", "sage") and not (st.qk_fallback or st.v_fallback)
+    assert st.kernel == ("gluon" if gluon else "triton"), (st.variant, st.kernel)
     check_against_reference(recipe, q, k, v, from_layout(out, layout))
 
 
@@ -143,7 +146,8 @@ def test_kernel_matches_reference(recipe, outliers, shape, layout):
 def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
     """config GLUON: the warp-specialized Gluon kernel (sage2-int8 and the MXFP4 recipes), held to the same bound
     against the reference engine as the Triton kernel (same operands and arithmetic; only fp32 rounding order may
-    differ), and within a few output ulps of the Triton kernel. Shapes: ragged tiles, q_len != kv_len, one query."""
+    differ), and within a few output ulps of the Triton kernel (GLUON=false), which meets the bound too.
+    Shapes: ragged tiles, q_len != kv_len, one query."""
     from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
 
     b, h, nq, nk, d = shape
@@ -152,9 +156,12 @@ def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
     st = KernelStats()
     out = attention(*args, recipe, layout=layout, config={"GLUON": True}, stats=st)
     finalize_stats(st)
-    assert not st.qk_fallback and not st.v_fallback  # the Gluon kernel itself ran
+    assert st.kernel == "gluon" and not st.qk_fallback and not st.v_fallback  # the Gluon kernel itself ran
     check_against_reference(recipe, q, k, v, from_layout(out, layout))
-    tri = attention(*args, recipe, layout=layout)
+    st_tri = KernelStats()
+    tri = attention(*args, recipe, layout=layout, config={"GLUON": False}, stats=st_tri)
+    assert st_tri.kernel == "triton"
+    check_against_reference(recipe, q, k, v, from_layout(tri, layout))
     assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3  # bf16 output: ~1 ulp where rounding differs
 
 
@@ -168,7 +175,7 @@ def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
     q, k, v = make_qkv(1, 2, 300, 512, 64, outliers=False, dtype=torch.float32)
     q = q * 4.0
     counts = []
-    for config in ({"GLUON": True}, None):
+    for config in ({"GLUON": True}, {"GLUON": False}):
         st = KernelStats()
         attention(q.cuda(), k.cuda(), v.cuda(), "mxattention", stats=st, config=config)
         counts.append(finalize_stats(st).p_inexact_blocks)
@@ -188,30 +195,38 @@ def test_gluon_config_runs_the_triton_kernel_on_exact_bf16_fallbacks():
     st = KernelStats()
     out = attention(q.cuda(), k.cuda(), v.cuda(), "mxfp4-ocp", stats=st, config={"GLUON": True})
     finalize_stats(st)
-    assert st.qk_fallback
+    assert st.qk_fallback and st.kernel == "triton"  # (and V, fp8, re-written in token order for it)
     check_against_reference("mxfp4-ocp", q, k, v, out)
 
 
 def test_gluon_key_order_swaps_the_accumulator_and_operand_columns():
     """Within 16 keys, the wgmma accumulator gives a thread keys 8a + 2q + e, the FP8 operand wants 4q + 2a + e
-    (PTX ISA, wgmma register fragments): Vᵀ stores key t at that slot, a permutation inside 16-key groups."""
+    (PTX ISA, wgmma register fragments): Vᵀ column 4q + 2a + e holds key 8a + 2q + e, a permutation inside
+    16-key groups."""
     from lowbit_video.kernels.prepass import gluon_key_order
 
-    first = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15]
-    slot = gluon_key_order(256)
-    assert slot[:16].tolist() == first
-    assert torch.equal(slot.view(16, 16) - torch.arange(0, 256, 16)[:, None], torch.tensor(first).expand(16, 16))
+    first = [0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15]
+    keys = gluon_key_order(256)
+    assert keys[:16].tolist() == first
+    assert torch.equal(keys.view(16, 16) - torch.arange(0, 256, 16)[:, None], torch.tensor(first).expand(16, 16))
 
 
 def test_gluon_config_is_refused_where_it_does_not_apply():
+    """GLUON is on by default for sage2-int8 and the MXFP4 recipes; a knob only the Triton kernel has selects
+    the Triton kernel, and asking for both is refused rather than one of them silently ignored."""
     from lowbit_video.kernels.launch import merged_config
 
     with pytest.raises(ValueError, match="GLUON .* sage2-int8 and the MXFP4 recipes only"):
         merged_config("int4", 128, {"GLUON": True})
-    assert merged_config("mx", 128, {"GLUON": True})["GLUON"] is True
+    assert merged_config("mx", 128, None)["GLUON"] is True and merged_config("sage", 64, None)["GLUON"] is True
+    assert not merged_config("int4", 128, None).get("GLUON") and not merged_config("dense", 128, None).get("GLUON")
     with pytest.raises(ValueError, match="GLUON needs NUM_STAGES >= 2"):
         merged_config("sage", 128, {"GLUON": True, "NUM_STAGES": 1})
-    assert merged_config("sage", 128, {"GLUON": True})["GLUON"] is True
+    assert merged_config("sage", 128, {"NUM_STAGES": 1})["GLUON"] is False
+    assert merged_config("mx", 128, {"PIPE": False})["GLUON"] is False
+    assert merged_config("mx", 128, {"NUM_STAGES": 2})["GLUON"] is True
+    with pytest.raises(ValueError, match="maxnreg tune.* the Triton kernel"):
+        merged_config("sage", 128, {"GLUON": True, "maxnreg": 168})
 
 
 @pytest.mark.gpu
@@ -237,12 +252,14 @@ def test_dense_kernel_matches_sdpa_with_mask(dtype, layout):
 def test_key_padding_mask_equals_truncated_keys(recipe):
     """A padding mask over the key tail (valid length a multiple of 32, so V's token blocks and the
     key tiles of the kept keys are those of the truncated problem) equals the reference on the kept keys."""
-    from lowbit_video.kernels.launch import attention
+    from lowbit_video.kernels.launch import KernelStats, attention
 
     q, k, v = make_qkv(2, 2, 130, 300, 128, outliers=True)
     mask = torch.zeros(2, 300, dtype=torch.bool)
     mask[:, :224] = True
-    out = attention(q.cuda(), k.cuda(), v.cuda(), recipe, key_padding_mask=mask.cuda())
+    st = KernelStats()
+    out = attention(q.cuda(), k.cuda(), v.cuda(), recipe, key_padding_mask=mask.cuda(), stats=st)
+    assert st.kernel == "triton"  # the Gluon kernel has no key padding mask
     if recipe == "sage2-int8":
         # K smoothing and V's per-channel FP8 scale see all keys (operands are quantized as given),
         # so the masked call is a different quantization of the kept keys: as accurate as the recipe.
@@ -252,6 +269,21 @@ def test_key_padding_mask_equals_truncated_keys(recipe):
         assert rel_l2(out.float().cpu(), exact) <= 1.5 * rel_l2(ref, exact)
     else:
         check_against_reference(recipe, q, k, v, out, nk_valid=224)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", ["mxattention", "sage2-int8"])
+def test_promote_false_runs_the_triton_kernel(recipe):
+    """promote=False (the running output kept inside the FP8 MMA) exists in the Triton kernel only: the default
+    GLUON gives way to it, and a short sequence (3 key tiles) still meets the bound."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    q, k, v = make_qkv(1, 2, 200, 384, 128, outliers=False, seed=5)
+    st = KernelStats()
+    out = attention(q.cuda(), k.cuda(), v.cuda(), recipe, promote=False, stats=st)
+    assert st.kernel == "triton"
+    check_against_reference(recipe, q, k, v, out)
 
 
 @pytest.mark.gpu
@@ -409,8 +441,8 @@ def test_register_cap_changes_no_bits_on_gpu(recipe):
     from lowbit_video.kernels.launch import attention
 
     q, k, v = (t.cuda() for t in make_qkv(1, 3, 300, 1000, 128, outliers=True, seed=11))
-    a = attention(q, k, v, recipe, config=dict(NUM_STAGES=2))
-    b = attention(q, k, v, recipe, config=dict(NUM_STAGES=2, maxnreg=168))
+    a = attention(q, k, v, recipe, config=dict(NUM_STAGES=2, GLUON=False))
+    b = attention(q, k, v, recipe, config=dict(NUM_STAGES=2, maxnreg=168))  # maxnreg: the Triton kernel
     assert torch.equal(a, b), (a.float() - b.float()).abs().max().item()
 
 
@@ -541,8 +573,8 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
         # the Gluon kernel's key order: the same Vᵀ bytes, key t at slot gluon_key_order[t]
         vt = prepass.sage_prepass(q, k, v, "BHND")[4]
         vt2 = prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)[4]
-        slot = prepass.gluon_key_order(vt.shape[-1])
-        res[str(dt)]["gluon_order_differs"] = not torch.equal(vt2[..., slot].view(torch.uint8), vt.view(torch.uint8))
+        keys = prepass.gluon_key_order(vt.shape[-1])
+        res[str(dt)]["gluon_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
     print(json.dumps(res))
     """
 )
@@ -991,8 +1023,8 @@ _MX_PREPASS_SCRIPT = textwrap.dedent(
         same_layouts = bool(torch.equal(vv2.view(torch.uint8), vv.view(torch.uint8)) and torch.equal(rv2, rv))
         # the Gluon kernel's key order: the same bytes, key t at slot gluon_key_order[t]
         vv3, rv3, _ = prepass.mx_cols(v, "BHND", spec.v, fp8=True, gluon_order=True)
-        slot = prepass.gluon_key_order(vv.shape[-1])
-        gluon_order = bool(torch.equal(vv3[..., slot].view(torch.uint8), vv.view(torch.uint8)) and torch.equal(rv3, rv))
+        keys = prepass.gluon_key_order(vv.shape[-1])
+        gluon_order = bool(torch.equal(vv3.view(torch.uint8), vv[..., keys].view(torch.uint8)) and torch.equal(rv3, rv))
         res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()),
                            v_mismatch_channels=int((~exact_v).sum()), pad_zero=bool((vv[:, :, 200:] == 0).all()),
                            zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts, gluon_order=gluon_order)
