@@ -293,6 +293,32 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
 
 
+@triton.jit
+def _col_sum_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constexpr, ROWS: tl.constexpr,
+                    TILES: tl.constexpr):
+    """OUT (chunks, B·H, D) fp64: each chunk's sum over TILES·ROWS tokens of X (tokens past N add 0)."""
+    pid_c = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    acc = tl.zeros([D], tl.float64)
+    for i in range(TILES):
+        x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_c * TILES + i, pid_bh, ROWS, D)
+        acc += tl.sum(x.to(tl.float64), axis=0)
+    tl.store(OUT + (pid_c * BH + pid_bh) * D + tl.arange(0, D), acc)
+
+
+def token_mean64(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """The fp64 mean over tokens, (B·H, D) (the reference's `k.mean()` of float64 K; only the summation
+    order differs): fp64 partial sums over 1024-token chunks in Triton, then their sum. torch's
+    `mean(dtype=float64)` took 1.0 / 2.3 ms at wan-480p / 720p (results/kernels-h200.md)."""
+    B, H, N, D = _dims(x, layout)
+    rows, tiles = 64, 16
+    chunks = triton.cdiv(N, rows * tiles)
+    part = torch.empty((chunks, B * H, D), device=x.device, dtype=torch.float64)
+    _col_sum_kernel[(chunks, B * H)](x, part, *_bhnd_strides(x, layout), H, N, B * H, D=D, ROWS=rows, TILES=tiles,
+                                     num_warps=4)
+    return part.sum(dim=0) / N
+
+
 # (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass: the
 # fp64 arithmetic (exactness) makes big tiles spill; both must divide TILE (padding is to TILE)
 SAGE_ROWS = (32, 4)
@@ -314,7 +340,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     kc = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.int8)
     ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
     vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.float8_e4m3fn)
-    kmean = k.mean(dim=tok, dtype=torch.float64).reshape(B * H, D).contiguous()  # the reference's fp64 mean
+    kmean = token_mean64(k, layout)  # the reference's fp64 mean
     # amax/448 rounded once to fp32 (the reference's float32_scale): torch's CUDA division by a scalar
     # multiplies by the fp32 reciprocal, 1 ulp off for ~60 % of channels, which moves exact E4M3 ties
     # of bf16-valued V off their midpoint (kernel vs engine 0.4-0.5 % on bf16-valued random data)
@@ -465,7 +491,6 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     fp32 (a 1-element dummy without Q smoothing), Vᵀ codes (B·H, D, Nk_pad) int8, V channel scales (B·H, D)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
-    tok = 1 if layout == "BNHD" else 2
     rows, warps = INT4_ROWS
     pad_q = triton.cdiv(Nq, rows) * rows
     pad_k = triton.cdiv(Nk, TILE) * TILE
@@ -481,7 +506,7 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     smq = bool(spec.smooth_q)
     kf = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.float32) if smq else torch.zeros((1,), device=dev)
     if spec.smooth_k:
-        kmean = k.mean(dim=tok, dtype=torch.float64)  # (B, H, D); mean(k R) = mean(k) R
+        kmean = token_mean64(k, layout).reshape(B, H, D)  # mean(k R) = mean(k) R
         if rot is not None:
             kmean = kmean @ rot[2].to(device=dev)
         kmean = kmean.to(torch.float32).reshape(B * H, D).contiguous()

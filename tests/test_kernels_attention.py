@@ -321,6 +321,21 @@ def test_prepass_is_bit_exact_against_formats():
     assert torch.equal(got, want)
 
 
+def _int8_ties(b, h, n, d):
+    """fp32 Q, K, V whose INT8 quotients are exact .5 ties for about half the elements: every row has |max|
+    381/16 = 127 · 3/16, so its scale is 3/16 (1/scale is inexact in binary: the rounding must be decided
+    exactly), and the other entries are (2c + 1) · 3/32 (ties between c and c + 1) or c · 3/16; K's second half
+    of tokens negates the first, so its token mean is exactly 0 and smoothing leaves the ties in place."""
+    g = torch.Generator().manual_seed(n + d)
+    c = torch.randint(-126, 126, (b, h, n, d), generator=g).double()
+    tie = torch.rand(b, h, n, d, generator=g) < 0.5
+    x = torch.where(tie, (2 * c + 1) * 3 / 32, c * 3 / 16)
+    x[..., 0] = torch.where(torch.rand(b, h, n, generator=g) < 0.5, 381 / 16, -381 / 16)
+    k = x.clone()
+    k[:, :, n // 2:] = -k[:, :, : n - n // 2]
+    return x.float(), k.float(), torch.randn(b, h, n, d, generator=g)
+
+
 def _sage_prepass_vs_formats(q, k, v):
     """Mismatch counts of the sage2 pre-pass (codes and scales, on q's device) against formats.intq /
     formats.fp8 applied to the reference's operands (K smoothed by its fp64 mean over tokens)."""
@@ -353,6 +368,9 @@ def test_sage_prepass_is_bit_exact_against_formats(dtype):
     has exact E4M3 ties (about 0.4 % of the elements here), which must round to even."""
     q, k, v = make_qkv(2, 3, 300, 200, 64, outliers=False, seed=364, dtype=dtype)
     bad = _sage_prepass_vs_formats(q.cuda(), k.cuda(), v.cuda())
+    assert not any(bad.values()), bad
+    # INT8 quotients on exact .5 ties for half the elements (round half to even), with a scale of 3/16
+    bad = _sage_prepass_vs_formats(*(t.cuda() for t in _int8_ties(2, 3, 300, 64)))
     assert not any(bad.values()), bad
 
 
@@ -564,7 +582,7 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     sys.path.insert(0, {tests!r})
-    from test_kernels_attention import _sage_prepass_vs_formats, make_qkv
+    from test_kernels_attention import _int8_ties, _sage_prepass_vs_formats, make_qkv
     from lowbit_video.kernels import prepass
     res = {{}}
     for dt in (torch.bfloat16, torch.float32):
@@ -575,6 +593,7 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
         vt2 = prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)[4]
         keys = prepass.gluon_key_order(vt.shape[-1])
         res[str(dt)]["gluon_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
+    res["ties"] = _sage_prepass_vs_formats(*_int8_ties(1, 2, 130, 64))
     print(json.dumps(res))
     """
 )

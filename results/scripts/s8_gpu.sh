@@ -1,0 +1,51 @@
+#!/bin/bash
+# Session 8 device calls (GLUON on by default for sage2-int8 and the MXFP4 recipes), each step switched by a variable:
+#   GPU tests      TESTS=1, TEST_FILES, TESTS_K (a pytest -k expression)
+#   bench kernels  SHAPES, RECIPES (each also as "recipe[GLUON=False]", the Triton kernel, if TRITON_ROWS=1);
+#                  RECIPES="" skips it
+#   e2e            E2E_RES, E2E_RECIPES (8 blocks; the default kernels, and the Triton kernel if TRITON_ROWS=1)
+# Each call's settings and commit are in results/kernels-h200.md, "Session 8".
+set -o pipefail
+SHAPES=${SHAPES-"wan-480p wan-720p hunyuan-720p"}
+RECIPES=${RECIPES-"mxattention sage2-int8"}
+E2E_RES=${E2E_RES-"480p 720p"}
+E2E_RECIPES=${E2E_RECIPES-"sage2-int8 mxattention"}
+TRITON_ROWS=${TRITON_ROWS-1}
+TEST_FILES=${TEST_FILES-tests/test_kernels_attention.py}
+TESTS_K=${TESTS_K-gluon}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+ln -sfn ../kernels lowbit_video/kernels
+if [ "${TESTS:-1}" = 1 ]; then
+  timeout ${TEST_LIMIT:-540} python3 -m pytest -q -rfE -p no:cacheprovider $TEST_FILES -k "$TESTS_K" 2>&1 | tee $OUT/pytest.log | tail -6
+  echo "pytest: $(grep -o '\.' $OUT/pytest.log | wc -l) dots, $(grep -c '^FAILED' $OUT/pytest.log) FAILED lines"
+fi
+if [ -n "$RECIPES" ]; then
+timeout ${BENCH_LIMIT:-300} python3 -c "
+import json, sys
+from lowbit_video.bench.kernels import bench_kernels
+recipes = '$RECIPES'.split()
+v = {r + '[GLUON=False]': dict(recipe=r, config={'GLUON': False}) for r in recipes} if '$TRITON_ROWS' == '1' else {}
+info = bench_kernels('$SHAPES'.split(), recipes, variants=v, log=lambda m: print(m, file=sys.stderr))
+json.dump(info, open('$OUT/bench.json', 'w'), indent=1)
+" 2>&1 | grep "x[0-9.]* cuDNN\|sdpa-cudnn\|Error" | tail -60
+fi
+if [ -n "$E2E_RES" ]; then
+timeout ${E2E_LIMIT:-200} python3 -c "
+import json, sys
+import lowbit_video.kernels.launch as L
+from lowbit_video.bench.e2e import bench_e2e
+recipes = '$E2E_RECIPES'.split()
+res = '$E2E_RES'.split()
+rows = bench_e2e(res, recipes, blocks=8, reps=2, log=lambda m: print(m, file=sys.stderr))
+if '$TRITON_ROWS' == '1':
+    orig = L._config
+    L._config = lambda variant, d: dict(orig(variant, d), GLUON=False) if variant in ('sage', 'mx') else orig(variant, d)
+    rows += [dict(r, recipe=r['recipe'] + '[GLUON=False]') for r in bench_e2e(res, recipes, blocks=8, reps=2,
+             log=lambda m: print(m, file=sys.stderr)) if r['recipe'] != 'sdpa-cudnn']
+json.dump(rows, open('$OUT/e2e.json', 'w'), indent=1)
+for r in rows:
+    print('e2e', r['resolution'], r['recipe'], round(r['ms'], 2), r.get('x_cudnn'))
+" 2>&1 | grep "^e2e\|Error\|error" | head -20
+fi
+rm -f lowbit_video/kernels
