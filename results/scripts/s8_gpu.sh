@@ -1,8 +1,9 @@
 #!/bin/bash
 # Session 8 device calls (GLUON on by default for sage2-int8 and the MXFP4 recipes), each step switched by a variable:
 #   GPU tests      TESTS=1, TEST_FILES, TESTS_K (a pytest -k expression)
-#   bench kernels  SHAPES, RECIPES (each also as "recipe[GLUON=False]", the Triton kernel, if TRITON_ROWS=1);
-#                  RECIPES="" skips it
+#   pre-pass       SAGE_PIECES=1: results/scripts/sage_prepass_pieces.py (the sage2 pre-pass piece by piece)
+#   bench kernels  SHAPES, RECIPES (those in TRITON_RECIPES, default all, also as "recipe[GLUON=False]", the
+#                  Triton kernel, if TRITON_ROWS=1); RECIPES="" skips it
 #   e2e            E2E_RES, E2E_RECIPES (8 blocks; the default kernels, and the Triton kernel if TRITON_ROWS=1)
 # Each call's settings and commit are in results/kernels-h200.md, "Session 8".
 set -o pipefail
@@ -11,6 +12,7 @@ RECIPES=${RECIPES-"mxattention sage2-int8"}
 E2E_RES=${E2E_RES-"480p 720p"}
 E2E_RECIPES=${E2E_RECIPES-"sage2-int8 mxattention"}
 TRITON_ROWS=${TRITON_ROWS-1}
+TRITON_RECIPES=${TRITON_RECIPES-$RECIPES}
 TEST_FILES=${TEST_FILES-tests/test_kernels_attention.py}
 TESTS_K=${TESTS_K-gluon}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -20,12 +22,16 @@ if [ "${TESTS:-1}" = 1 ]; then
   timeout ${TEST_LIMIT:-540} python3 -m pytest -q -rfE -p no:cacheprovider $TEST_FILES -k "$TESTS_K" 2>&1 | tee $OUT/pytest.log | tail -6
   echo "pytest: $(grep -o '\.' $OUT/pytest.log | wc -l) dots, $(grep -c '^FAILED' $OUT/pytest.log) FAILED lines"
 fi
+if [ "${SAGE_PIECES:-0}" = 1 ]; then
+  timeout 120 python3 results/scripts/sage_prepass_pieces.py > $OUT/sage_pieces.json 2> $OUT/sage_pieces.err
+  cat $OUT/sage_pieces.json; tail -c 400 $OUT/sage_pieces.err
+fi
 if [ -n "$RECIPES" ]; then
 timeout ${BENCH_LIMIT:-300} python3 -c "
 import json, sys
 from lowbit_video.bench.kernels import bench_kernels
 recipes = '$RECIPES'.split()
-v = {r + '[GLUON=False]': dict(recipe=r, config={'GLUON': False}) for r in recipes} if '$TRITON_ROWS' == '1' else {}
+v = {r + '[GLUON=False]': dict(recipe=r, config={'GLUON': False}) for r in '$TRITON_RECIPES'.split()} if '$TRITON_ROWS' == '1' else {}
 info = bench_kernels('$SHAPES'.split(), recipes, variants=v, log=lambda m: print(m, file=sys.stderr))
 json.dump(info, open('$OUT/bench.json', 'w'), indent=1)
 " 2>&1 | grep "x[0-9.]* cuDNN\|sdpa-cudnn\|Error" | tail -60

@@ -1,0 +1,62 @@
+"""Time the sage2-int8 pre-pass piece by piece at wan-480p / wan-720p (bf16 random Q, K, V; CUDA events, median
+of 10): the K mean (Triton fp64 partial sums, and torch's mean(dtype=float64) it replaced), V's channel scales
+(torch), the INT8 Q and K passes, the E4M3 V pass (token order and the Gluon kernel's), and the whole
+`prepass.sage_prepass`. Prints one JSON object."""
+import json
+import statistics
+
+import torch
+
+from lowbit_video.kernels import prepass
+
+
+def med(fn, reps=10):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return round(statistics.median(ts), 3)
+
+
+res = {}
+for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, 40, n, 128, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    B, H, N, D = 1, 40, n, 128
+    pad = -(-n // prepass.TILE) * prepass.TILE
+    kmean = prepass.token_mean64(k, "BHND")
+    sv = (v.abs().amax(dim=2).to(torch.float64) / 448.0).to(torch.float32).reshape(B * H, D).contiguous()
+    qc = torch.empty((B * H, pad, D), device="cuda", dtype=torch.int8)
+    qs = torch.empty((B * H, pad), device="cuda", dtype=torch.float32)
+    vt = torch.empty((B * H, D, pad), device="cuda", dtype=torch.float8_e4m3fn)
+    rows, warps = prepass.SAGE_ROWS
+    tb, vwarps = prepass.SAGE_V_TOKENS
+    st = prepass._bhnd_strides(q, "BHND")
+
+    def rows_pass(x, sub):
+        prepass._int8_rows_kernel[(pad // rows, B * H)](x, kmean, qc, qs, *st, H, N, pad, D=D, ROWS=rows,
+                                                        SUB_MEAN=sub, num_warps=warps)
+
+    def v_pass(order):
+        prepass._v_fp8_kernel[(pad // tb, B * H)](v, sv, vt, *st, H, N, pad, D=D, TB=tb, GLUON_ORDER=order,
+                                                  num_warps=vwarps)
+
+    res[name] = dict(
+        kmean_triton=med(lambda: prepass.token_mean64(k, "BHND")),
+        kmean_torch_fp64=med(lambda: k.mean(dim=2, dtype=torch.float64)),
+        kmean_max_abs_diff=float((prepass.token_mean64(k, "BHND") - k.mean(dim=2, dtype=torch.float64).reshape(B * H, D)).abs().max()),
+        v_scales_torch=med(lambda: (v.abs().amax(dim=2).to(torch.float64) / 448.0).to(torch.float32)),
+        q_pass=med(lambda: rows_pass(q, False)),
+        k_pass=med(lambda: rows_pass(k, True)),
+        v_pass=med(lambda: v_pass(False)),
+        v_pass_gluon_order=med(lambda: v_pass(True)),
+        whole=med(lambda: prepass.sage_prepass(q, k, v, "BHND")),
+        whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)),
+    )
+print(json.dumps(res))
