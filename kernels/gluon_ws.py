@@ -35,19 +35,29 @@ from ._core import MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, mx_exponent
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
+KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)  # one key tile's fp32 scales
 
 
 @gluon.jit
-def _loader(k_desc, v_desc, k_s, v_s, kready, vready, empty, k_row0, v_row, n_tiles):
+def _loader(k_desc, v_desc, ks_desc, k_s, v_s, ks_s, kready, vready, empty, k_row0, v_row, ks_row, n_tiles):
     """One warp: K and Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
-    (Worker partitions take IR values only, so the sizes come from the buffers.)"""
+    With sage2's per-token key scales (MODE 2: ks_s holds one 128-key row per stage) each tile's scales come
+    into the K stage on K's barrier: the consumers read them from shared memory in their logits' column layout,
+    with no store, barrier and load of their own (a register layout conversion through shared memory
+    otherwise, two warpgroup barriers per tile). (Worker partitions take IR values only, so the sizes and
+    that choice come from the buffers.)"""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
+    KS_TILES: gl.constexpr = ks_s.shape[0] == STAGES and ks_s.shape[2] == BN
     for t in range(n_tiles):
         s = t % STAGES
         # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
         mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
-        mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
+        if KS_TILES:
+            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
+        else:
+            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BN, 0], kready.index(s), k_s.index(s))
         mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [v_row, t * BN], vready.index(s), v_s.index(s))
@@ -75,22 +85,21 @@ class Consts:
 
 
 @gluon.jit
-def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q,
+def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q,
                         n_kv, n_tiles, c, so_n, P_SHIFT, consts):
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ)
 
 
 @gluon.jit
-def _key_scales(KS, offs_k, j, n_kv, n_tiles, MODE: gl.constexpr):
-    """What key tile j's logits are scaled by, loaded a tile ahead: MODE 2 the 128 per-token scales (one per
-    thread, coalesced), MODE 1 the tile's K exponent R_j (a scalar)."""
-    BN: gl.constexpr = offs_k.shape[0]
-    if MODE == 2:
-        return gl.load(KS + offs_k + j * BN, mask=offs_k + j * BN < n_kv, other=0.0)
-    else:
+def _key_scales(KS, j, n_tiles, MODE: gl.constexpr):
+    """MODE 1: key tile j's K exponent R_j (a scalar), loaded a tile ahead of its use (a load used at once stalls
+    every tile). MODE 2's per-token scales come with the K tile into shared memory (`_loader_ks`): 0 here."""
+    if MODE == 1:
         return gl.load(KS + j, mask=j < n_tiles, other=0)
+    else:
+        return 0
 
 
 @gluon.constexpr_function
@@ -216,7 +225,7 @@ def _as_operand(p8, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
+def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
           offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
           row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
           FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr):
@@ -228,12 +237,12 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
     nx = (j + 1) % STAGES
     if MODE == 2:
         # (the exact magic-number conversion bits(1.5·2^23 + s) − 1.5·2^23 instead of I2F measured no faster)
-        qk = s_cur.to(gl.float32) * gl.convert_layout(ks_next, col_s)[None, :]
+        qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :]
         cj = c_row
     else:
         qk = s_cur
         cj = c_row * _pow2(gl.maximum(ks_next, -126))  # q's and key tile j's exponents · sm_scale·log2 e
-    ks_next = _key_scales(KS, offs_k, j + 1, n_kv, n_tiles, MODE)
+    ks_next = _key_scales(KS, j + 1, n_tiles, MODE)
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
     if MODE == 2:
@@ -279,7 +288,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
 
 
 @gluon.jit
-def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
               QMAX: gl.constexpr, PNQ: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
@@ -313,12 +322,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     acc = gl.zeros([64, D], gl.float32, o_layout)
     zero_o = gl.zeros([64, D], gl.float32, o_layout)
 
-    # key scales are loaded one tile ahead of their use (a load used at once stalls every tile); MODE 2's one
-    # per thread (coalesced, one register), spread onto the logits' columns when used
-    ks_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    offs_k = gl.arange(0, BN, ks_layout)
     offs_n0 = gl.arange(0, BN, col_s)
-    ks_next = _key_scales(KS, offs_k, 0, n_kv, n_tiles, MODE)
+    ks_next = _key_scales(KS, 0, n_tiles, MODE)
     mbarrier.wait(qbar.index(WG), 0)
     mbarrier.wait(kready.index(0), 0)
     s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -326,18 +331,18 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
     # every tile but the last is whole and has a next one; the last is masked if ragged (keys past n_kv dropped)
     for j in range(n_tiles - 1):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS, offs_k,
+            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
             offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, True, MODE, RULE, FLQ,
             QMAX, PNQ)
     if n_kv % BN != 0:
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
-            offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE,
+            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
+            KS, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE,
             FLQ, QMAX, PNQ)
     else:
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, KS,
-            offs_k, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, False, MODE,
+            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
+            KS, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, False, MODE,
             RULE, FLQ, QMAX, PNQ)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
@@ -356,7 +361,7 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS, KS, VS, O,
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
 @gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_n", "H", "n_q", "n_kv", "q_rows_bh", "k_rows_bh"])
-def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
+def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
                 n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
                 RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, num_warps: gl.constexpr):
@@ -387,10 +392,14 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_
     h = bh % H
     n_tiles = gl.cdiv(n_kv, BN)
     out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
-    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, QS + bh.to(gl.int64) * sqs_bh,
+    if MODE == 2:
+        ks_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ks_desc.layout)
+    else:
+        ks_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS + bh.to(gl.int64) * sqs_bh,
             KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG),
             pid_m * (64 * NWG), n_q, n_kv, n_tiles, c, so_n, P_SHIFT)
-    largs = (k_desc, v_desc, k_s, v_s, kready, vready, empty, bh * k_rows_bh, bh * D, n_tiles)
+    largs = (k_desc, v_desc, ks_desc, k_s, v_s, ks_s, kready, vready, empty, bh * k_rows_bh, bh * D, bh, n_tiles)
     if NWG == 2:
         gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ),)),
                             (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ),)),
@@ -404,17 +413,19 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
-def descriptors(qq, kk, vv):
-    """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3."""
+def descriptors(qq, kk, vv, ks=None):
+    """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3;
+    ks (B·H, N_pad) fp32 per-token key scales (MODE 2; otherwise K's descriptor stands in, unused)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     D = qq.shape[-1]
     q2, k2, v2 = qq.reshape(-1, D), kk.reshape(-1, D), vv.reshape(-1, vv.shape[-1])
     lay = gl.NVMMASharedLayout.get_default_for
     qk_dt = gl.float8e4nv if qq.dtype.is_floating_point else gl.int8
-    return (TensorDescriptor.from_tensor(q2, [ROWS, D], lay([ROWS, D], qk_dt)),
-            TensorDescriptor.from_tensor(k2, [BLOCK_N, D], lay([BLOCK_N, D], qk_dt)),
-            TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], gl.float8e4nv)))
+    kd = TensorDescriptor.from_tensor(k2, [BLOCK_N, D], lay([BLOCK_N, D], qk_dt))
+    ksd = kd if ks is None else TensorDescriptor.from_tensor(ks, [1, BLOCK_N], KS_LAYOUT)
+    return (TensorDescriptor.from_tensor(q2, [ROWS, D], lay([ROWS, D], qk_dt)), kd,
+            TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], gl.float8e4nv)), ksd)
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2):
@@ -424,10 +435,10 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         raise ValueError("the Gluon kernel writes outputs whose head_dim is contiguous")
     if P["mode"] not in (MODE_MX, MODE_SAGE):
         raise ValueError("the Gluon kernel runs the MXFP4 and sage2-int8 recipes only")
-    qd, kd, vd = descriptors(P["qq"], P["kk"], P["vv"])
+    qd, kd, vd, ksd = descriptors(P["qq"], P["kk"], P["vv"], P["ks"] if P["mode"] == MODE_SAGE else None)
     BH = P["qq"].shape[0]
     attn_ws_fwd[(triton.cdiv(Nq, nwg * ROWS), BH)](
-        qd, kd, vd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
+        qd, kd, vd, ksd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
         P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"], NWG=nwg, num_warps=4)
     return out

@@ -189,7 +189,7 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
             gluon_order: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count); the tokens of
     Vᵀ in `gluon_key` order if gluon_order (the Gluon kernel's).
-    The channels' fold exponents from one min/max reduction over the tokens, then one pass over (token tile,
+    The channels' fold exponents from one |max| reduction over the tokens, then one pass over (token tile,
     batch·head) programs for the quantization (one program per channel group looping over the sequence, as
     before, left the H200 with 160 programs at Wan shapes)."""
     B, H, N, D = _dims(v, layout)
@@ -202,9 +202,8 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
     if fp8:
         # The fold exponent of a channel is its largest block exponent − 6. Every rule's exponent is
         # non-decreasing in the block maximum (and the clamp keeps that), so that is the exponent of the
-        # channel's largest |v|: one min/max reduction over the tokens (exact) instead of a pass of tiles.
-        vmin, vmax = torch.aminmax(v, dim=2 if layout == "BHND" else 1)  # (B, H, D)
-        cmax = torch.maximum(vmax, -vmin).float().reshape(B * H, D).contiguous()
+        # channel's largest |v|: one |max| reduction over the tokens (exact) instead of a pass of tiles.
+        cmax = token_absmax(v, layout)  # (B·H, D) fp32
         kmax = torch.empty((B * H, D), device=v.device, dtype=torch.int32)
         _mx_exponent_kernel[(triton.cdiv(B * H * D, 1024),)](cmax, kmax, B * H * D, RULE=rule, FLQ=flq, QMAX=q,
                                                             BLOCK=1024)
@@ -294,29 +293,47 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
 
 
 @triton.jit
-def _col_sum_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constexpr, ROWS: tl.constexpr,
-                    TILES: tl.constexpr):
-    """OUT (chunks, B·H, D) fp64: each chunk's sum over TILES·ROWS tokens of X (tokens past N add 0)."""
+def _token_reduce_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constexpr, ROWS: tl.constexpr,
+                         TILES: tl.constexpr, ABSMAX: tl.constexpr):
+    """OUT (chunks, B·H, D): over each chunk of TILES·ROWS tokens of X (tokens past N read as 0), the fp64 sum,
+    or with ABSMAX the maximum |x| in fp32 (exact for fp32 / 16-bit X)."""
     pid_c = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    acc = tl.zeros([D], tl.float64)
+    if ABSMAX:
+        acc = tl.zeros([D], tl.float32)
+    else:
+        acc = tl.zeros([D], tl.float64)
     for i in range(TILES):
         x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_c * TILES + i, pid_bh, ROWS, D)
-        acc += tl.sum(x.to(tl.float64), axis=0)
+        if ABSMAX:
+            acc = tl.maximum(acc, tl.max(tl.abs(x.to(tl.float32)), axis=0))
+        else:
+            acc += tl.sum(x.to(tl.float64), axis=0)
     tl.store(OUT + (pid_c * BH + pid_bh) * D + tl.arange(0, D), acc)
+
+
+def _token_reduce(x: torch.Tensor, layout: str, absmax: bool) -> torch.Tensor:
+    """(chunks, B·H, D) partial results of `_token_reduce_kernel` over 1024-token chunks."""
+    B, H, N, D = _dims(x, layout)
+    rows, tiles = 64, 16
+    chunks = triton.cdiv(N, rows * tiles)
+    part = torch.empty((chunks, B * H, D), device=x.device, dtype=torch.float32 if absmax else torch.float64)
+    _token_reduce_kernel[(chunks, B * H)](x, part, *_bhnd_strides(x, layout), H, N, B * H, D=D, ROWS=rows,
+                                          TILES=tiles, ABSMAX=absmax, num_warps=4)
+    return part
 
 
 def token_mean64(x: torch.Tensor, layout: str) -> torch.Tensor:
     """The fp64 mean over tokens, (B·H, D) (the reference's `k.mean()` of float64 K; only the summation
     order differs): fp64 partial sums over 1024-token chunks in Triton, then their sum. torch's
-    `mean(dtype=float64)` took 1.0 / 2.3 ms at wan-480p / 720p (results/kernels-h200.md)."""
-    B, H, N, D = _dims(x, layout)
-    rows, tiles = 64, 16
-    chunks = triton.cdiv(N, rows * tiles)
-    part = torch.empty((chunks, B * H, D), device=x.device, dtype=torch.float64)
-    _col_sum_kernel[(chunks, B * H)](x, part, *_bhnd_strides(x, layout), H, N, B * H, D=D, ROWS=rows, TILES=tiles,
-                                     num_warps=4)
-    return part.sum(dim=0) / N
+    `mean(dtype=float64)` took 1.0 / 2.3 ms at wan-480p / 720p (results/kernels-h200.md, "Session 8")."""
+    return _token_reduce(x, layout, absmax=False).sum(dim=0) / _dims(x, layout)[2]
+
+
+def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """max |x| over tokens, (B·H, D) fp32, exactly: one read of x (torch's `x.abs().amax()` writes |x| first;
+    0.36 / 0.68 ms for sage2's V at wan-480p / 720p)."""
+    return _token_reduce(x, layout, absmax=True).amax(dim=0)
 
 
 # (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass: the
@@ -331,7 +348,6 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     the tokens of Vᵀ in `gluon_key` order if gluon_order (the Gluon kernel's)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
-    tok = 1 if layout == "BNHD" else 2
     pad_q = triton.cdiv(Nq, TILE) * TILE
     pad_k = triton.cdiv(Nk, TILE) * TILE
     dev = q.device
@@ -344,7 +360,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     # amax/448 rounded once to fp32 (the reference's float32_scale): torch's CUDA division by a scalar
     # multiplies by the fp32 reciprocal, 1 ulp off for ~60 % of channels, which moves exact E4M3 ties
     # of bf16-valued V off their midpoint (kernel vs engine 0.4-0.5 % on bf16-valued random data)
-    sv = (v.abs().amax(dim=tok).to(torch.float64) / 448.0).to(torch.float32).reshape(B * H, D)
+    sv = (token_absmax(v, layout).to(torch.float64) / 448.0).to(torch.float32)
     sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
     rows, warps = SAGE_ROWS
     _int8_rows_kernel[(pad_q // rows, B * H)](q, kmean, qc, qs, *_bhnd_strides(q, layout), H, Nq, pad_q,

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(here, "..", ".."))
 from gluon_compile import _mangled  # noqa: E402
 from sass_key_loop import loop_spans, sass_of  # noqa: E402
 
-from kernels.gluon_ws import attn_ws_fwd  # noqa: E402
+from kernels.gluon_ws import KS_LAYOUT, attn_ws_fwd  # noqa: E402
 
 
 def compile_ws(mode: int, over: dict):
@@ -37,6 +37,8 @@ def compile_ws(mode: int, over: dict):
     tq = "torch.float8_e4m3fn" if mode == 1 else "torch.int8"
     sig = {"q_desc": _mangled([64, D], lay([64, D], qk), tq), "k_desc": _mangled([128, D], lay([128, D], qk), tq),
            "v_desc": _mangled([D, 128], lay([D, 128], gl.float8e4nv), "torch.float8_e4m3fn"), "QS": sc, "KS": sc, "VS": vs, "O": "*bf16",
+           "ks_desc": (_mangled([1, 128], KS_LAYOUT, "torch.float32") if mode == 2
+                       else _mangled([128, D], lay([128, D], qk), tq)),
            "BAD": "*i32", "c": "fp32", "P_SHIFT": "fp32"}
     names = attn_ws_fwd.arg_names
     for n in names:

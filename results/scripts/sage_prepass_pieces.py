@@ -1,6 +1,6 @@
 """Time the sage2-int8 pre-pass piece by piece at wan-480p / wan-720p (bf16 random Q, K, V; CUDA events, median
-of 10): the K mean (Triton fp64 partial sums, and torch's mean(dtype=float64) it replaced), V's channel scales
-(torch), the INT8 Q and K passes, the E4M3 V pass (token order and the Gluon kernel's), and the whole
+of 10): the K mean (Triton fp64 partial sums, and torch's mean(dtype=float64) it replaced), V's channel maxima
+(`prepass.token_absmax`, and torch's abs().amax() it replaced), the INT8 Q and K passes, the E4M3 V pass (token order and the Gluon kernel's), and the whole
 `prepass.sage_prepass`. Prints one JSON object."""
 import json
 import statistics
@@ -31,7 +31,7 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
     B, H, N, D = 1, 40, n, 128
     pad = -(-n // prepass.TILE) * prepass.TILE
     kmean = prepass.token_mean64(k, "BHND")
-    sv = (v.abs().amax(dim=2).to(torch.float64) / 448.0).to(torch.float32).reshape(B * H, D).contiguous()
+    sv = (prepass.token_absmax(v, "BHND").to(torch.float64) / 448.0).to(torch.float32)
     qc = torch.empty((B * H, pad, D), device="cuda", dtype=torch.int8)
     qs = torch.empty((B * H, pad), device="cuda", dtype=torch.float32)
     vt = torch.empty((B * H, D, pad), device="cuda", dtype=torch.float8_e4m3fn)
@@ -51,7 +51,9 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         kmean_triton=med(lambda: prepass.token_mean64(k, "BHND")),
         kmean_torch_fp64=med(lambda: k.mean(dim=2, dtype=torch.float64)),
         kmean_max_abs_diff=float((prepass.token_mean64(k, "BHND") - k.mean(dim=2, dtype=torch.float64).reshape(B * H, D)).abs().max()),
-        v_scales_torch=med(lambda: (v.abs().amax(dim=2).to(torch.float64) / 448.0).to(torch.float32)),
+        v_absmax_triton=med(lambda: prepass.token_absmax(v, "BHND")),
+        v_absmax_torch=med(lambda: v.abs().amax(dim=2)),
+        v_absmax_equal=bool(torch.equal(prepass.token_absmax(v, "BHND"), v.abs().amax(dim=2).float().reshape(B * H, D))),
         q_pass=med(lambda: rows_pass(q, False)),
         k_pass=med(lambda: rows_pass(k, True)),
         v_pass=med(lambda: v_pass(False)),
