@@ -9,18 +9,20 @@ the K/Vᵀ stages a loader warp fills by TMA, run out of phase: one's softmax ru
 plain FP8 probe of that structure measured 1.39–1.41× cuDNN against 1.24–1.25× for the Triton kernel's plain core.
 
 Numerics are `attn_fwd`'s for the same MODE with PROMOTE (the default), on the same pre-pass operands; only fp32
-rounding order may differ (FMA contraction, MODE 1's row sums added as a tree). Each key tile's FP8 P̂·V̂ product goes into a zeroed fp32 tile that
-is added to the rescaled accumulator (the per-tile promotion).
+rounding order may differ (FMA contraction, MODE 1's row sums added as a tree, P̂·V̂ summed over a tile's keys
+in the operand's key order). Each key tile's FP8 P̂·V̂ product goes into a zeroed fp32 tile that is added to the
+rescaled accumulator (the per-tile promotion).
 - MODE 2 (prepass.sage_prepass): INT8 Q, K with fp32 per-token scales, Vᵀ E4M3 with per-channel scales; exact
   INT8 QKᵀ (int32) → fp32 · k scale, P̃·2^P_SHIFT = exp2(·) cast to E4M3 (RNE).
 - MODE 1 (prepass.mx_rows / mx_cols): Q, K E2M1·2^(e_b − R) in E4M3 with one exponent R per 128-token tile, Vᵀ
   folded per channel; P̃·2^8 quantized in-kernel per 32 keys with the recipe's scale rule (`_core.mx_exponent`,
   `_core.e2m1_round_bits`: exact), PNQ or direct placement, P̃ blocks E4M3 cannot hold counted into BAD.
 
-Launch: `attention(..., config={"GLUON": True})` for those recipes without a key padding mask, with promote=True,
-head_dim 64/128, and 8-bit operands (an MXFP4 pre-pass that falls back to bf16 operands for exactness runs the
-Triton kernel). Measured against the Triton kernel (results/kernels-h200.md, "Session 7"): mxattention
-+0.3–1.2 %, direct-placement MXFP4 recipes +1–6 %, sage2-int8 1–2 % slower; off by default for now.
+Launch: the default of `attention(...)` (config GLUON) for those recipes on sm_90 without a key padding mask, with
+promote=True, head_dim 64/128, and 8-bit operands (an MXFP4 pre-pass that falls back to bf16 operands for
+exactness runs the Triton kernel). Measured against the Triton kernel in the same run (results/kernels-h200.md,
+"Session 8"): mxattention 1.04× / 1.10× cuDNN at wan-480p / 720p (Triton 0.94× / 0.98×), sage2-int8 1.24× / 1.29×
+(Triton 1.11× / 1.14×).
 """
 
 import triton
