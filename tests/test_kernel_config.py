@@ -78,6 +78,36 @@ def test_draft_config_refuses_unknown_keys_and_types():
         draft_attention(q, k, v, "draftattention2", geo, config={"PIPE4": 1})
 
 
+def test_bench_markdown_says_which_kernel_ran():
+    """GLUON is the default for sage2-int8 and MXFP4 but gives way to the Triton kernel in places: the table
+    names the kernel that ran each row (from KernelStats.kernel), beside the same-run baselines."""
+    from lowbit_video.bench.kernels import to_markdown
+
+    row = dict(shape="wan-480p", recipe="sage2-int8", tflops=700.0, ratio_cudnn=1.24, ratio_flash=2.0,
+               ratio_sageattention=None, prepass_ms=1.79, kernel_ms=29.54, total_ms=31.3, kernel="gluon")
+    info = dict(gpu="H200", driver="x", torch="2.11", cuda="13", triton="3.6", sageattention=None,
+                baselines=[dict(shape="wan-480p", backend="sdpa-cudnn", tflops=568.2, ms=38.68)],
+                rows=[row, dict(row, recipe="sage2-int8[GLUON=False]", kernel="triton", ratio_cudnn=1.11)])
+    lines = to_markdown(info).splitlines()
+    assert "| runs on |" in lines[2]
+    assert lines[4].startswith("| wan-480p | sdpa-cudnn | | 568.2 |")
+    assert lines[5].startswith("| wan-480p | sage2-int8 | gluon | 700.0 | 1.24 | 2.00 | — | 1.79 | 29.54 | 31.30 |")
+    assert lines[6].startswith("| wan-480p | sage2-int8[GLUON=False] | triton | 700.0 | 1.11 |")
+    assert all(line.count("|") == lines[2].count("|") for line in lines[2:7])
+
+
+def test_gluon_needs_a_hopper_gpu():
+    """The Gluon kernel's code is sm_90's and the CPU interpreter cannot run Gluon: on CPU tensors the Triton
+    kernel runs whatever the config says."""
+    import torch
+
+    from lowbit_video.kernels.launch import _gluon, merged_config
+
+    cfg = merged_config("sage", 128, None)
+    assert cfg["GLUON"] is True and _gluon(cfg, False, True, torch.device("cpu")) is False
+    assert _gluon(merged_config("sage", 128, {"GLUON": False}), False, True, torch.device("cpu")) is False
+
+
 def test_bench_draft_config_parses_draft_keys():
     from lowbit_video.bench.kernels import parse_config
     from lowbit_video.kernels.draft import DRAFT_CONFIG_KEYS

@@ -147,12 +147,12 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
                    "ratio_cudnn": base["sdpa-cudnn"] / total_ms if "sdpa-cudnn" in base else None,
                    "ratio_flash": base["sdpa-flash"] / total_ms if "sdpa-flash" in base else None,
                    "ratio_sageattention": base["sageattention"] / total_ms if "sageattention" in base else None,
-                   "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback,
+                   "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback, "kernel": st.kernel,
                    "B": B, "H": H, "N": N, "D": D}
             info["rows"].append(row)
             rc = row["ratio_cudnn"]
             log(f"{name:13s} {label:24s} {total_ms:9.2f} ms {row['tflops']:7.1f} TFLOP/s "
-                f"(kernel {kernel_ms:.2f} ms = {row['kernel_tflops']:.1f}, pre-pass {prepass_ms:.2f} ms)"
+                f"({st.kernel} kernel {kernel_ms:.2f} ms = {row['kernel_tflops']:.1f}, pre-pass {prepass_ms:.2f} ms)"
                 + (f"  x{rc:.2f} cuDNN" if rc else ""))
         del q, k, v
         torch.cuda.empty_cache()
@@ -225,8 +225,8 @@ def _draft_rows(name, sh, recipes, base, flop, *, reps, seed, log) -> list[dict]
                  ratio_cudnn=base["sdpa-cudnn"] / r["total_ms"] if "sdpa-cudnn" in base else None,
                  ratio_flash=base["sdpa-flash"] / r["total_ms"] if "sdpa-flash" in base else None,
                  ratio_sageattention=base["sageattention"] / r["total_ms"] if "sageattention" in base else None,
-                 qk_fallback=False, v_fallback=False, B=sh.batch, H=sh.heads, N=q.shape[2], D=sh.head_dim,
-                 inputs="structured (bench/draft.py)")
+                 qk_fallback=False, v_fallback=False, kernel="triton", B=sh.batch, H=sh.heads, N=q.shape[2],
+                 D=sh.head_dim, inputs="structured (bench/draft.py)")
         out.append(r)
     del q, k, v
     return out
@@ -246,13 +246,13 @@ def _driver_version() -> str | None:
 def to_markdown(info: dict) -> str:
     lines = [f"GPU: {info['gpu']}, driver {info.get('driver')}, torch {info['torch']} (CUDA {info.get('cuda')}), "
              f"Triton {info['triton']}, sageattention {info.get('sageattention')}", "",
-             "| shape | kernel | TFLOP/s | × cuDNN | × flash | × sage 1.0.6 | pre-pass ms | kernel ms | total ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| shape | recipe / backend | runs on | TFLOP/s | × cuDNN | × flash | × sage 1.0.6 | pre-pass ms | kernel ms "
+             "| total ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
     for b in info["baselines"]:
-        lines.append(f"| {b['shape']} | {b['backend']} | {b['tflops']:.1f} | | | | | | {b['ms']:.2f} |")
+        lines.append(f"| {b['shape']} | {b['backend']} | | {b['tflops']:.1f} | | | | | | {b['ms']:.2f} |")
     for r in info["rows"]:
-        lines.append(f"| {r['shape']} | {r['recipe']} | {r['tflops']:.1f} | {fmt(r['ratio_cudnn'])} | "
+        lines.append(f"| {r['shape']} | {r['recipe']} | {r.get('kernel', '')} | {r['tflops']:.1f} | {fmt(r['ratio_cudnn'])} | "
                      f"{fmt(r['ratio_flash'])} | {fmt(r['ratio_sageattention'])} | {r['prepass_ms']:.2f} | "
                      f"{r['kernel_ms']:.2f} | {r['total_ms']:.2f} |")
     draft = [r for r in info["rows"] if "density" in r]
