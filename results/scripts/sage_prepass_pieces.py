@@ -1,27 +1,18 @@
 """Time the sage2-int8 pre-pass piece by piece at wan-480p / wan-720p (bf16 random Q, K, V; CUDA events, median
 of 10): the K mean (Triton fp64 partial sums, and torch's mean(dtype=float64) it replaced), V's channel maxima
-(`prepass.token_absmax`, and torch's abs().amax() it replaced), the INT8 Q and K passes, the E4M3 V pass (token order and the Gluon kernel's), and the whole
-`prepass.sage_prepass`. Prints one JSON object."""
+(`prepass.token_absmax`, and torch's abs().amax() it replaced), the INT8 Q and K passes, the E4M3 V pass (token
+order and the Gluon kernel's), and the whole `prepass.sage_prepass`. Prints one JSON object."""
 import json
 import statistics
 
 import torch
 
+from lowbit_video.bench.kernels import cuda_times
 from lowbit_video.kernels import prepass
 
 
 def med(fn, reps=10):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return round(statistics.median(ts), 3)
+    return round(statistics.median(cuda_times(fn, warmup=1, reps=reps)), 3)
 
 
 res = {}
