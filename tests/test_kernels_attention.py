@@ -1067,6 +1067,39 @@ def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
         assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
 
 
+_TOKEN_REDUCE_SCRIPT = textwrap.dedent(
+    """
+    import json, torch
+    from lowbit_video.kernels import prepass
+    res = {}
+    g = torch.Generator().manual_seed(3)
+    for dt in (torch.bfloat16, torch.float32):
+        x = (torch.randn(2, 3, 2100, 64, generator=g) * torch.rand(1, 3, 1, 64, generator=g) * 50).to(dt)
+        x[1, 2, 2099, 7] = -1e4  # the largest |x| of a channel in the ragged last chunk, negative
+        for layout, t in (("BHND", x), ("BNHD", x.transpose(1, 2).contiguous())):
+            want_mean = x.double().mean(dim=2).reshape(6, 64)
+            mean = prepass.token_mean64(t, layout)
+            amax = prepass.token_absmax(t, layout)
+            res[f"{dt}-{layout}"] = dict(
+                mean_err=float((mean - want_mean).abs().max() / want_mean.abs().max()),
+                mean_dtype=str(mean.dtype),
+                amax_equal=bool(torch.equal(amax, x.abs().amax(dim=2).float().reshape(6, 64))))
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
+def test_token_mean_and_absmax_under_triton_interpreter():
+    """The pre-passes' token reductions (K's fp64 mean for smoothing, V's channel maxima for scales and MXFP4 fold
+    exponents) against torch, both layouts, 2100 tokens (three 1024-token chunks, the last ragged): the mean in
+    fp64 to summation-order rounding, the maximum |x| exactly."""
+    res = run_interpreted(_TOKEN_REDUCE_SCRIPT)
+    for case, r in res.items():
+        assert r["mean_dtype"] == "torch.float64" and r["mean_err"] < 1e-13 and r["amax_equal"], (case, r)
+
+
 _MX_EXPONENT_SCRIPT = textwrap.dedent(
     """
     import json, torch, triton, triton.language as tl
