@@ -323,14 +323,15 @@ def test_prepass_is_bit_exact_against_formats():
 
 def _int8_ties(b, h, n, d):
     """fp32 Q, K, V whose INT8 quotients are exact .5 ties for about half the elements: every row has |max|
-    381/16 = 127 · 3/16, so its scale is 3/16 (1/scale is inexact in binary: the rounding must be decided
-    exactly), and the other entries are (2c + 1) · 3/32 (ties between c and c + 1) or c · 3/16; K's second half
-    of tokens negates the first, so its token mean is exactly 0 and smoothing leaves the ties in place."""
+    127 · 255/16, so its scale is 255/16, whose fp32 reciprocal is about as far from 16/255 as a rounding can be
+    (a quotient formed by multiplying with it misses half of these ties), and the other entries are
+    (2c + 1) · 255/32 (ties between c and c + 1) or c · 255/16; K's second half of tokens negates the first, so
+    its token mean is exactly 0 and smoothing leaves the ties in place."""
     g = torch.Generator().manual_seed(n + d)
     c = torch.randint(-126, 126, (b, h, n, d), generator=g).double()
     tie = torch.rand(b, h, n, d, generator=g) < 0.5
-    x = torch.where(tie, (2 * c + 1) * 3 / 32, c * 3 / 16)
-    x[..., 0] = torch.where(torch.rand(b, h, n, generator=g) < 0.5, 381 / 16, -381 / 16)
+    x = torch.where(tie, (2 * c + 1) * 255 / 32, c * 255 / 16)
+    x[..., 0] = torch.where(torch.rand(b, h, n, generator=g) < 0.5, 127 * 255 / 16, -127 * 255 / 16)
     k = x.clone()
     k[:, :, n // 2:] = -k[:, :, : n - n // 2]
     return x.float(), k.float(), torch.randn(b, h, n, d, generator=g)
@@ -369,7 +370,7 @@ def test_sage_prepass_is_bit_exact_against_formats(dtype):
     q, k, v = make_qkv(2, 3, 300, 200, 64, outliers=False, seed=364, dtype=dtype)
     bad = _sage_prepass_vs_formats(q.cuda(), k.cuda(), v.cuda())
     assert not any(bad.values()), bad
-    # INT8 quotients on exact .5 ties for half the elements (round half to even), with a scale of 3/16
+    # INT8 quotients on exact .5 ties for half the elements (round half to even), with a scale of 255/16
     bad = _sage_prepass_vs_formats(*(t.cuda() for t in _int8_ties(2, 3, 300, 64)))
     assert not any(bad.values()), bad
 
