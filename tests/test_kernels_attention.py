@@ -322,7 +322,8 @@ def test_prepass_is_bit_exact_against_formats():
 
 
 def _int8_ties(b, h, n, d):
-    """fp32 Q, K, V whose INT8 quotients are exact .5 ties for about half the elements: every row has |max|
+    """fp32 Q, K, V whose INT8 (Q, K) and E4M3 (V, `_e4m3_ties`) quotients are exact ties for about half the
+    elements. Q and K: every row has |max|
     127 · 255/16, so its scale is 255/16, whose fp32 reciprocal is about as far from 16/255 as a rounding can be
     (a quotient formed by multiplying with it misses half of these ties), and the other entries are
     (2c + 1) · 255/32 (ties between c and c + 1) or c · 255/16; K's second half of tokens negates the first, so
@@ -334,7 +335,23 @@ def _int8_ties(b, h, n, d):
     x[..., 0] = torch.where(torch.rand(b, h, n, generator=g) < 0.5, 127 * 255 / 16, -127 * 255 / 16)
     k = x.clone()
     k[:, :, n // 2:] = -k[:, :, : n - n // 2]
-    return x.float(), k.float(), torch.randn(b, h, n, d, generator=g)
+    return x.float(), k.float(), _e4m3_ties(b, h, n, d, g)
+
+
+def _e4m3_ties(b, h, n, d, g):
+    """fp32 V whose E4M3 quotients are exact midpoints between grid points for about half the elements: every
+    channel's |max| is 448 · 255/16 (scale 255/16, an fp32 reciprocal far from exact), the other entries are
+    ± grid points or ± midpoints (2^-10 .. 432) times the scale."""
+    grid = [k * 2.0 ** -9 for k in range(8)] + [m * 2.0 ** (e - 3) for e in range(-6, 9) for m in range(8, 16)]
+    grid = torch.tensor([x for x in grid if x <= 448], dtype=torch.float64)
+    mids = (grid[1:] + grid[:-1]) / 2
+    pick_mid = torch.rand(b, h, n, d, generator=g) < 0.5
+    vals = torch.where(pick_mid, mids[torch.randint(len(mids), (b, h, n, d), generator=g)],
+                       grid[torch.randint(len(grid), (b, h, n, d), generator=g)])
+    sign = torch.where(torch.rand(b, h, n, d, generator=g) < 0.5, -1.0, 1.0)
+    v = sign * vals * (255 / 16)
+    v[:, :, 0, :] = 448 * 255 / 16
+    return v.float()
 
 
 def _sage_prepass_vs_formats(q, k, v):
