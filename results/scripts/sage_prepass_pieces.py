@@ -1,7 +1,8 @@
 """Time the sage2-int8 pre-pass piece by piece at wan-480p / wan-720p (bf16 random Q, K, V; CUDA events, median
 of 10): the K mean (Triton fp64 partial sums, and torch's mean(dtype=float64) it replaced), V's channel maxima
 (`prepass.token_absmax`, and torch's abs().amax() it replaced), the INT8 Q and K passes, the E4M3 V pass (token
-order and the Gluon kernel's), and the whole `prepass.sage_prepass`. Prints one JSON object."""
+order and the Gluon kernel's), and the whole `prepass.sage_prepass`; then the whole pre-pass for smaller tiles
+(`prepass.SAGE_ROWS`, `SAGE_V_TOKENS`: fewer registers per thread, more programs per SM). Prints one JSON object."""
 import json
 import statistics
 
@@ -52,4 +53,9 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         whole=med(lambda: prepass.sage_prepass(q, k, v, "BHND")),
         whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)),
     )
+    default = prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS
+    for tiles in (((16, 4), (32, 4)), ((8, 4), (32, 4)), ((16, 4), (16, 4)), ((8, 4), (16, 4))):
+        prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = tiles
+        res[name][f"whole_rows{tiles[0]}_v{tiles[1]}"] = med(lambda: prepass.sage_prepass(q, k, v, "BHND"))
+    prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = default
 print(json.dumps(res))
