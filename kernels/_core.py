@@ -228,7 +228,11 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
     else:
         vt = tl.load(v_ptrs)  # MXFP4 / sage2 V is zero-padded to whole tiles by the pre-pass
     if MODE == 3:
-        # exact INT8 MMA (|Σ| <= 128·15·7), promoted with the row's P̃ scale into the fp32 accumulator
+        # exact INT8 MMA (|Σ| <= 128·15·7), promoted with the row's P̃ scale into the fp32 accumulator. The codes
+        # enter it in the key order Vᵀ is stored in (prepass.operand_key: per 16 keys 8a + 2q + e -> 4q + 2a + e),
+        # which is the accumulator's own register order: no shuffles (offline SASS, key loop 1066 -> 1018)
+        p = tl.reshape(tl.permute(tl.reshape(p, (BLOCK_M, BLOCK_N // 16, 2, 4, 2)), (0, 1, 3, 2, 4)),
+                       (BLOCK_M, BLOCK_N))
         pv = tl.dot(p, tl.trans(vt))
         acc = acc * alpha[:, None] + pv.to(tl.float32) * sp[:, None]
     elif MODE == 4 and PROW:

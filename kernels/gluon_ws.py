@@ -218,7 +218,7 @@ def _as_operand(p8, p_layout: gl.constexpr):
     """P̂ (64×128 E4M3, the QKᵀ accumulator's layout) as the A operand of P̂·V̂, with no data moving between
     threads: a thread's accumulator holds keys 8a + 2q + e (+16h, +32c) of its rows, the FP8 operand wants
     4q + i there, so key 8a + 2q + e becomes operand column 4q + 2a + e (swap the a and q index bits). Vᵀ is
-    stored with its keys in that order (`prepass.gluon_key`), so P̂·V̂ is the same sum in another order.
+    stored with its keys in that order (`prepass.operand_key`), so P̂·V̂ is the same sum in another order.
     Without it the conversion is 16 SEL + 16 SHFL + 16 PRMT per thread and tile (offline SASS)."""
     M: gl.constexpr = p8.shape[0]
     BN: gl.constexpr = p8.shape[1]

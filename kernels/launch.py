@@ -282,7 +282,7 @@ def _gluon(cfg: dict, has_kpm: bool, promote: bool, device: torch.device) -> boo
 
 def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False):
     """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs). gluon: the Gluon
-    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.gluon_key`)."""
+    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.operand_key`)."""
     dev = q.device
     dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
     rule, flq, qmax = 0, 2, 6.0
@@ -313,7 +313,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             had = spec.rotation == "hadamard"
             qq, qs, qbad = prepass.mx_rows(q, layout, spec.q, fp8=True, hadamard=had)
             kk, ks, kbad = prepass.mx_rows(k, layout, spec.k, fp8=True, hadamard=had)
-            vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p, gluon_order=gluon and not exact_p)
+            vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p, operand_order=gluon and not exact_p)
             # one device-to-host read (one sync) for the three counts: the fallback decision
             nq, nk, nv = torch.cat([qbad, kbad, vbad]).tolist()
             st.qk_inexact_blocks = nq + nk
@@ -356,7 +356,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             pnq, prow = spec.placement == "pnq", spec.p.outer_scale == "row"
         else:
             mode = MODE_SAGE
-            qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, gluon_order=gluon)
+            qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, operand_order=gluon)
             p_fp8 = True
             p_shift = -math.log2(float(torch.tensor(spec.p.static_scale, dtype=torch.float32)))
         if timed:
@@ -367,8 +367,8 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
         sv = (vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2))
         sqs, sks, svs = qs.stride(0), ks.stride(0), vs.stride(0)
 
-    gluon_order = gluon and variant in ("mx", "sage") and qq.element_size() == 1 and vv.element_size() == 1
-    return dict(gluon_order=gluon_order, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
+    use_gluon = gluon and variant in ("mx", "sage") and qq.element_size() == 1 and vv.element_size() == 1
+    return dict(gluon=use_gluon, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
                 sks=sks, svs=svs,
                 mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,
                 kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
@@ -389,7 +389,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
     # the warp-specialized Gluon kernel (kernels/gluon_ws.py) takes 8-bit operands only: an MXFP4 pre-pass that
     # fell back to bf16 operands for exactness (or exact_p) runs the Triton kernel, with the same numerics
     # the pre-pass wrote Vᵀ in the Gluon kernel's key order exactly when that kernel is to run
-    if P.get("gluon_order"):
+    if P.get("gluon"):
         from . import gluon_ws
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"])

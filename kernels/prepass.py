@@ -30,15 +30,15 @@ TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the r
 
 @triton.jit
 def _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS: tl.constexpr, D: tl.constexpr,
-                GLUON_ORDER: tl.constexpr = False):
+                OPERAND_ORDER: tl.constexpr = False):
     """Tokens pid_t·ROWS .. +ROWS of one (batch, head) of X (any strides) as a (ROWS, D) tile in X's dtype,
-    tokens past N read as 0; and the tile's token and channel indices. GLUON_ORDER: row p of the tile is token
-    `gluon_key(p)` (a permutation inside 16-token groups)."""
+    tokens past N read as 0; and the tile's token and channel indices. OPERAND_ORDER: row p of the tile is token
+    `operand_key(p)` (a permutation inside 16-token groups)."""
     b = pid_bh // H
     h = pid_bh % H
     rows = pid_t * ROWS + tl.arange(0, ROWS)
-    if GLUON_ORDER:
-        rows = gluon_key(rows)
+    if OPERAND_ORDER:
+        rows = operand_key(rows)
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + rows[:, None] * sx_n + cols[None, :] * sx_d, mask=(rows < N)[:, None],
                 other=0.0)
@@ -89,27 +89,28 @@ def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles
 
 
 @triton.jit
-def gluon_key(slot):
-    """Which key column `slot` of Vᵀ holds for the Gluon kernel: within every 16 keys, column 4q + 2a + e holds
-    key 8a + 2q + e (gluon_ws._as_operand reads P̂ in that order, so its accumulator needs no shuffles to become
-    the MMA operand). A permutation inside aligned 16-key groups: padding stays padding, tiles stay tiles. The
-    pre-passes read tokens in this order and write Vᵀ contiguously (scattered stores doubled the sage2 V pass)."""
+def operand_key(slot):
+    """Which key column `slot` of Vᵀ holds where P̂ is an 8-bit MMA operand taken straight from the QKᵀ
+    accumulator's registers (the Gluon kernel, `gluon_ws._as_operand`; the Triton kernel's INT4 mode): within every
+    16 keys, column 4q + 2a + e holds key 8a + 2q + e, the wgmma accumulator's column of the operand's register.
+    A permutation inside aligned 16-key groups: padding stays padding, tiles stay tiles. The pre-passes read
+    tokens in this order and write Vᵀ contiguously (scattered stores doubled the sage2 V pass)."""
     return (slot & ~14) | ((slot >> 1) & 6) | ((slot & 2) << 2)
 
 
-def gluon_key_order(n: int, device=None) -> torch.Tensor:
-    """The same map on the host: keys (n,) int64 with Gluon-order Vᵀ = Vᵀ[..., keys] (n a multiple of 16)."""
+def operand_key_order(n: int, device=None) -> torch.Tensor:
+    """The same map on the host: keys (n,) int64 with operand-order Vᵀ = Vᵀ[..., keys] (n a multiple of 16)."""
     p = torch.arange(n, device=device)
     return (p & ~14) | ((p >> 1) & 6) | ((p & 2) << 2)
 
 
 @triton.jit
 def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
-                  RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr, GLUON_ORDER: tl.constexpr = False):
+                  RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr, OPERAND_ORDER: tl.constexpr = False):
     """One TB-token tile of V (all D channels, read along D: coalesced), as (TB/32, 32, D) fp32 blocks of 32
     tokens per channel, and each block's MXFP4 exponent k (TB/32, D) and maximum |x|."""
-    # (in GLUON_ORDER the tile's 32-token blocks hold the same tokens in another order: same maxima, same codes)
-    x, _, _ = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D, GLUON_ORDER)
+    # (in OPERAND_ORDER the tile's 32-token blocks hold the same tokens in another order: same maxima, same codes)
+    x, _, _ = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D, OPERAND_ORDER)
     xb = tl.reshape(x.to(tl.float32), (TB // 32, 32, D))
     amax = tl.max(tl.abs(xb), axis=1)
     return xb, mx_exponent(amax, RULE, FLQ, QMAX), amax
@@ -127,13 +128,13 @@ def _mx_exponent_kernel(AMAX, OUT, n, RULE: tl.constexpr, FLQ: tl.constexpr, QMA
 @triton.jit
 def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
                     D: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
-                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr, GLUON_ORDER: tl.constexpr):
+                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr, OPERAND_ORDER: tl.constexpr):
     """V, second pass: one program per (TB-token tile, batch·head); 32-blocks along tokens; REXP (B·H, D)
     the fold exponent of each channel over the whole sequence (the first pass's maximum − 6; 0 for bf16).
-    OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `gluon_key` order if GLUON_ORDER."""
+    OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `operand_key` order if OPERAND_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX, GLUON_ORDER)
+    xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX, OPERAND_ORDER)
     chans = tl.arange(0, D)
     r = tl.load(REXP + pid_bh * D + chans)
     rel = k - r[None, :]
@@ -186,9 +187,9 @@ def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False)
 
 
 def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
-            gluon_order: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            operand_order: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V -> (Vᵀ values (B·H, D, N_pad), channel exponents (B·H, D) int32, inexact-block count); the tokens of
-    Vᵀ in `gluon_key` order if gluon_order (the Gluon kernel's).
+    Vᵀ in `operand_key` order if operand_order (the Gluon kernel's).
     The channels' fold exponents from one |max| reduction over the tokens, then one pass over (token tile,
     batch·head) programs for the quantization (one program per channel group looping over the sequence, as
     before, left the H200 with 160 programs at Wan shapes)."""
@@ -212,7 +213,7 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
         rexp = torch.zeros((B * H, D), device=v.device, dtype=torch.int32)
     _mx_cols_kernel[(n_tiles, B * H)](v, out, rexp, bad, *strides, H, N, n_pad,
                                       D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8,
-                                      GLUON_ORDER=gluon_order, num_warps=8)
+                                      OPERAND_ORDER=operand_order, num_warps=8)
     return out, rexp, bad
 
 
@@ -256,17 +257,17 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
 
 @triton.jit
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
-                  GLUON_ORDER: tl.constexpr):
+                  OPERAND_ORDER: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating), written transposed (B·H, D, n_pad), the
-    tokens in `gluon_key` order if GLUON_ORDER."""
+    tokens in `operand_key` order if OPERAND_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
     toks = pid_t * TB + tl.arange(0, TB)
     keys = toks  # column toks of Vᵀ holds token keys
-    if GLUON_ORDER:
-        keys = gluon_key(toks)
+    if OPERAND_ORDER:
+        keys = operand_key(toks)
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
                 mask=(keys < N)[None, :], other=0.0).to(tl.float32)
@@ -342,10 +343,10 @@ SAGE_ROWS = (32, 4)
 SAGE_V_TOKENS = (32, 4)
 
 
-def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, gluon_order: bool = False):
+def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
-    the tokens of Vᵀ in `gluon_key` order if gluon_order (the Gluon kernel's)."""
+    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     pad_q = triton.cdiv(Nq, TILE) * TILE
@@ -369,7 +370,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
                                               D=D, ROWS=rows, SUB_MEAN=True, num_warps=warps)
     tb, warps = SAGE_V_TOKENS
     _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
-                                        GLUON_ORDER=gluon_order, num_warps=warps)
+                                        OPERAND_ORDER=operand_order, num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
 
@@ -419,10 +420,11 @@ def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N
 
 @triton.jit
 def _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
-                 ROT: tl.constexpr, X_F32: tl.constexpr):
+                 ROT: tl.constexpr, X_F32: tl.constexpr, OPERAND_ORDER: tl.constexpr = False):
     """One TB-token tile of V (all D channels), fp32, rotated by HM (±1 Sylvester, · rot_scale) if ROT: an MMA
-    in V's own 16-bit dtype (exact products, fp32 accumulation) or IEEE fp32 for fp32 V; padding rows 0."""
-    x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D)
+    in V's own 16-bit dtype (exact products, fp32 accumulation) or IEEE fp32 for fp32 V; padding rows 0; its
+    tokens in `operand_key` order if OPERAND_ORDER."""
+    x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D, OPERAND_ORDER)
     if ROT:
         x = _rotate(x, HM, cols, rot_scale, D, X_F32)
     return x.to(tl.float32)
@@ -442,10 +444,11 @@ def _int4_v_amax_kernel(X, HM, AMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, rot_
 def _int4_v_codes_kernel(X, HM, SV, VT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale, D: tl.constexpr,
                          TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr):
     """V, second pass: codes RNE(x / s_c) in fp64 (as the torch path: fp32 x, fp32 scale, float64 quotient),
-    clamped to ±7, stored transposed into VT (B·H, D, n_pad) int8 (padding tokens: code 0)."""
+    clamped to ±7, stored transposed into VT (B·H, D, n_pad) int8 (padding tokens: code 0), the tokens in
+    `operand_key` order (the INT4 kernel's P̂ operand order)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    x = _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D, TB, ROT, X_F32)
+    x = _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D, TB, ROT, X_F32, True)
     cols = tl.arange(0, D)
     sv = tl.load(SV + pid_bh * D + cols).to(tl.float64)
     t = x.to(tl.float64) / sv[None, :]
@@ -456,9 +459,10 @@ def _int4_v_codes_kernel(X, HM, SV, VT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot
 
 
 def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k):
-    """Vᵀ INT4 codes (B·H, D, pad_k) int8 and per-channel fp32 scales (B·H, D): two passes over (token tile,
-    b·h) programs (the channels' maxima per tile, then the codes), equal to the torch formulation (V·H in
-    fp32, scale = fp32(amax / 7) from float64, codes RNE in float64) up to the rotation's fp32 summation order."""
+    """Vᵀ INT4 codes (B·H, D, pad_k) int8, tokens in `operand_key` order, and per-channel fp32 scales (B·H, D):
+    two passes over (token tile, b·h) programs (the channels' maxima per tile, then the codes), equal to the torch
+    formulation (V·H in fp32, scale = fp32(amax / 7) from float64, codes RNE in float64) up to the rotation's
+    fp32 summation order."""
     dev = v.device
     n_tiles = pad_k // TILE
     x32 = v.dtype not in _HALF

@@ -199,14 +199,14 @@ def test_gluon_config_runs_the_triton_kernel_on_exact_bf16_fallbacks():
     check_against_reference("mxfp4-ocp", q, k, v, out)
 
 
-def test_gluon_key_order_swaps_the_accumulator_and_operand_columns():
+def test_operand_key_order_swaps_the_accumulator_and_operand_columns():
     """Within 16 keys, the wgmma accumulator gives a thread keys 8a + 2q + e, the FP8 operand wants 4q + 2a + e
     (PTX ISA, wgmma register fragments): Vᵀ column 4q + 2a + e holds key 8a + 2q + e, a permutation inside
     16-key groups."""
-    from lowbit_video.kernels.prepass import gluon_key_order
+    from lowbit_video.kernels.prepass import operand_key_order
 
     first = [0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15]
-    keys = gluon_key_order(256)
+    keys = operand_key_order(256)
     assert keys[:16].tolist() == first
     assert torch.equal(keys.view(16, 16) - torch.arange(0, 256, 16)[:, None], torch.tensor(first).expand(16, 16))
 
@@ -606,11 +606,11 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
     for dt in (torch.bfloat16, torch.float32):
         q, k, v = make_qkv(1, 2, 130, 200, 64, outliers=False, seed=364, dtype=dt)
         res[str(dt)] = _sage_prepass_vs_formats(q, k, v)
-        # the Gluon kernel's key order: the same Vᵀ bytes, key t at slot gluon_key_order[t]
+        # the Gluon kernel's key order: the same Vᵀ bytes, key t at slot operand_key_order[t]
         vt = prepass.sage_prepass(q, k, v, "BHND")[4]
-        vt2 = prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)[4]
-        keys = prepass.gluon_key_order(vt.shape[-1])
-        res[str(dt)]["gluon_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
+        vt2 = prepass.sage_prepass(q, k, v, "BHND", operand_order=True)[4]
+        keys = prepass.operand_key_order(vt.shape[-1])
+        res[str(dt)]["operand_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
     res["ties"] = _sage_prepass_vs_formats(*_int8_ties(1, 2, 130, 64))
     print(json.dumps(res))
     """
@@ -652,6 +652,8 @@ def _int4_prepass_vs_reference(q, k, v, recipe, rope_segments=None):
     b, h, nq, d = q.shape
     nk = k.shape[2]
     qc, qs, qm, kc, ks, kf, vt, sv = (t.cpu() for t in prepass.int4_prepass(q, k, v, "BHND", spec, rope_segments))
+    keys = prepass.operand_key_order(vt.shape[-1])
+    vt = torch.empty_like(vt).index_copy_(-1, keys, vt)  # back to token order (Vᵀ is in the MMA operand's order)
     q64, k64, v64 = (t.cpu().double() for t in (q, k, v))
     if spec.rotation != "none":
         rot = qk_rotation(spec.rotation, d, rope_segments or spec.rope_segments)
@@ -1058,13 +1060,13 @@ _MX_PREPASS_SCRIPT = textwrap.dedent(
         # the BNHD layout reduces another dimension for the channel exponents: the same bits
         vv2, rv2, _ = prepass.mx_cols(v.transpose(1, 2).contiguous(), "BNHD", spec.v, fp8=True)
         same_layouts = bool(torch.equal(vv2.view(torch.uint8), vv.view(torch.uint8)) and torch.equal(rv2, rv))
-        # the Gluon kernel's key order: the same bytes, key t at slot gluon_key_order[t]
-        vv3, rv3, _ = prepass.mx_cols(v, "BHND", spec.v, fp8=True, gluon_order=True)
-        keys = prepass.gluon_key_order(vv.shape[-1])
-        gluon_order = bool(torch.equal(vv3.view(torch.uint8), vv[..., keys].view(torch.uint8)) and torch.equal(rv3, rv))
+        # the Gluon kernel's key order: the same bytes, key t at slot operand_key_order[t]
+        vv3, rv3, _ = prepass.mx_cols(v, "BHND", spec.v, fp8=True, operand_order=True)
+        keys = prepass.operand_key_order(vv.shape[-1])
+        operand_order = bool(torch.equal(vv3.view(torch.uint8), vv[..., keys].view(torch.uint8)) and torch.equal(rv3, rv))
         res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()),
                            v_mismatch_channels=int((~exact_v).sum()), pad_zero=bool((vv[:, :, 200:] == 0).all()),
-                           zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts, gluon_order=gluon_order)
+                           zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts, operand_order=operand_order)
     print(json.dumps(res))
     """
 )
@@ -1081,7 +1083,7 @@ def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
     res = run_interpreted(_MX_PREPASS_SCRIPT.format(tests=str(REPO / "tests")))
     for recipe, r in res.items():
         assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0 and r["bnhd_same"], (recipe, r)
-        assert r["gluon_order"], (recipe, r)
+        assert r["operand_order"], (recipe, r)
         assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
 
 

@@ -36,7 +36,7 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
                                                         SUB_MEAN=sub, num_warps=warps)
 
     def v_pass(order):
-        prepass._v_fp8_kernel[(pad // tb, B * H)](v, sv, vt, *st, H, N, pad, D=D, TB=tb, GLUON_ORDER=order,
+        prepass._v_fp8_kernel[(pad // tb, B * H)](v, sv, vt, *st, H, N, pad, D=D, TB=tb, OPERAND_ORDER=order,
                                                   num_warps=vwarps)
 
     res[name] = dict(
@@ -51,7 +51,7 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         v_pass=med(lambda: v_pass(False)),
         v_pass_gluon_order=med(lambda: v_pass(True)),
         whole=med(lambda: prepass.sage_prepass(q, k, v, "BHND")),
-        whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", gluon_order=True)),
+        whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", operand_order=True)),
     )
     default = prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS
     for tiles in (((16, 4), (32, 4)), ((8, 4), (32, 4)), ((16, 4), (16, 4)), ((8, 4), (16, 4))):
