@@ -97,7 +97,7 @@ def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s
 @gluon.jit
 def _key_scales(KS, j, n_tiles, MODE: gl.constexpr):
     """MODE 1: key tile j's K exponent R_j (a scalar), loaded a tile ahead of its use (a load used at once stalls
-    every tile). MODE 2's per-token scales come with the K tile into shared memory (`_loader_ks`): 0 here."""
+    every tile). MODE 2's per-token scales come with the K tile into shared memory (`_loader`): 0 here."""
     if MODE == 1:
         return gl.load(KS + j, mask=j < n_tiles, other=0)
     else:
@@ -330,22 +330,17 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
     mbarrier.wait(kready.index(0), 0)
     s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
-    # every tile but the last is whole and has a next one; the last is masked if ragged (keys past n_kv dropped)
+    # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op on
+    # a whole tile, whose rows all have keys)
     for j in range(n_tiles - 1):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
             j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
             offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, True, MODE, RULE, FLQ,
             QMAX, PNQ)
-    if n_kv % BN != 0:
-        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
-            KS, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE,
-            FLQ, QMAX, PNQ)
-    else:
-        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
-            KS, offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, False, MODE,
-            RULE, FLQ, QMAX, PNQ)
+    s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+        n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
+        offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ,
+        QMAX, PNQ)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)

@@ -323,11 +323,10 @@ def test_prepass_is_bit_exact_against_formats():
 
 def _int8_ties(b, h, n, d):
     """fp32 Q, K, V whose INT8 (Q, K) and E4M3 (V, `_e4m3_ties`) quotients are exact ties for about half the
-    elements. Q and K: every row has |max|
-    127 · 255/16, so its scale is 255/16, whose fp32 reciprocal is about as far from 16/255 as a rounding can be
-    (a quotient formed by multiplying with it misses half of these ties), and the other entries are
-    (2c + 1) · 255/32 (ties between c and c + 1) or c · 255/16; K's second half of tokens negates the first, so
-    its token mean is exactly 0 and smoothing leaves the ties in place."""
+    elements. Every Q / K row has |max| 127 · 255/16, so its scale is 255/16, whose fp32 reciprocal is about as
+    far from 16/255 as a rounding can be (a quotient formed by multiplying with it misses half of these ties);
+    the other entries are (2c + 1) · 255/32 (ties between c and c + 1) or c · 255/16. K's second half of tokens
+    negates the first, so its token mean is exactly 0 and smoothing leaves the ties in place."""
     g = torch.Generator().manual_seed(n + d)
     c = torch.randint(-126, 126, (b, h, n, d), generator=g).double()
     tie = torch.rand(b, h, n, d, generator=g) < 0.5
