@@ -167,7 +167,7 @@ def _config(variant: str, head_dim: int) -> dict:
 
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
-               "TMA": bool, "maxnreg": int, "GLUON": bool}
+               "TMA": bool, "maxnreg": int, "GLUON": bool, "DEFER": bool}
 # keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
@@ -211,6 +211,10 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         if (config or {}).get("GLUON"):
             raise ValueError("kernel config GLUON needs NUM_STAGES >= 2")
         cfg["GLUON"] = False
+    if cfg.get("DEFER") and not (cfg.get("GLUON") and cfg["NUM_STAGES"] >= 3):
+        # the Gluon kernel's deferred stage release: with two stages the loader could not run a tile ahead
+        raise ValueError("kernel config DEFER (the Gluon kernel's deferred stage release) needs GLUON and "
+                         "NUM_STAGES >= 3")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -392,7 +396,8 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
     if P.get("gluon"):
         from . import gluon_ws
 
-        gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"])
+        gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
+                        defer=cfg.get("DEFER", False))
         st.kernel = "gluon"
     else:
         st.kernel = "triton"

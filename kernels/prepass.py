@@ -231,13 +231,34 @@ def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
 
 
 @triton.jit
+def _rne_int_by_midpoints(x, s, QMAX: tl.constexpr):
+    """RNE(x / s) clamped to ±QMAX, for fp64 x and fp32-valued fp64 s > 0 per row (s[:, None]), with no
+    division per element: an fp32 candidate c (within one of the answer: its quotient is off by a few fp32
+    ulps), then x compared exactly with the two midpoints (c ± ½)·s, which are exact in fp64 (an 8-bit
+    numerator times a 24-bit scale); on a midpoint the even neighbour wins. Equal to rounding the reference's
+    fp64 quotient fl64(x / s): for fp64 x and fp32 s that quotient never lands on a midpoint unless the exact
+    one does (x − m·s is a nonzero multiple of ulp(x), which is more than half an ulp of the quotient away)."""
+    inv = 1.0 / s.to(tl.float32)
+    c = (x.to(tl.float32) * inv + 12582912.0) - 12582912.0  # RNE to an integer (1.5·2^23), a candidate
+    c = tl.minimum(tl.maximum(c, -QMAX), QMAX)
+    odd = (c.to(tl.int32) & 1) != 0
+    hi = (c + 0.5).to(tl.float64) * s  # exact
+    lo = (c - 0.5).to(tl.float64) * s
+    up = (x > hi) | ((x == hi) & odd)
+    dn = (x < lo) | ((x == lo) & odd)
+    c = c + up.to(tl.float32) - dn.to(tl.float32)
+    return tl.minimum(tl.maximum(c, -QMAX), QMAX)
+
+
+@triton.jit
 def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
                       D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr):
     """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64.
 
-    As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction, amax/127 and the
-    quotient in fp64, the scale rounded once to fp32 (fp64 div.rn then RN to fp32: Triton's fp32 `/` is
-    div.full, not correctly rounded), the codes from the exact quotient x / fp32-scale."""
+    As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction and amax/127 in fp64, the
+    scale rounded once to fp32 (fp64 div.rn, once per row, then RN to fp32: Triton's fp32 `/` is div.full, not
+    correctly rounded), the codes RNE of the quotient x / fp32-scale (`_rne_int_by_midpoints`: a per-element
+    fp64 division made these passes compute-bound, ~140 instructions per element)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
@@ -246,20 +267,50 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
         x = tl.where((rows < N)[:, None], x - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
     s = (tl.max(tl.abs(x), axis=1) / 127.0).to(tl.float32)
     s = tl.where(s > 0, s, 1.0)
-    # an fp32 quotient can land exactly on a .5 tie that the exact quotient misses (frequent with
-    # bf16-valued data) and flip the code
-    t = x / s.to(tl.float64)[:, None]
-    t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer, 1.5·2^52 trick
-    c = tl.minimum(tl.maximum(t, -127.0), 127.0).to(tl.int8)
-    tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c)
+    c = _rne_int_by_midpoints(x, s.to(tl.float64)[:, None], 127.0)
+    tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
     tl.store(SC + pid_bh * n_pad + rows, s)
+
+
+@triton.jit
+def _e4m3_steps(e):
+    """For E4M3 grid values e >= 0 (fp32): the grid step above e, the step below it, and whether e's code is odd.
+    Step 2^(max(E, −6) − 3), E = floor(log2 e) (subnormal step 2^−9); below a power of two 2^E > 2^−6 the step
+    halves."""
+    ebits = e.to(tl.int32, bitcast=True) & 0x7F800000
+    up = (tl.maximum(ebits, (-6 + 127) << 23) - (3 << 23)).to(tl.float32, bitcast=True)
+    pow2 = ((e.to(tl.int32, bitcast=True) & 0x7FFFFF) == 0) & (ebits > ((-6 + 127) << 23))
+    dn = tl.where(pow2, up * 0.5, up)
+    inv_up = ((254 << 23) - up.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)  # 1 / up, exactly
+    odd = ((e * inv_up).to(tl.int32) & 1) != 0  # e / up: the code's integer significand
+    return up, dn, odd
+
+
+@triton.jit
+def _e4m3_by_midpoints(x, s):
+    """RNE of x / s onto E4M3, saturating at ±448, for fp64 x and fp32-valued fp64 s > 0 (per column): an fp32
+    candidate on the grid (within one step of the answer), then |x| compared exactly with the midpoints to its
+    neighbours, (e ± step/2)·s, exact in fp64 (5 significant bits times 24); ties to the even code. As with
+    `_rne_int_by_midpoints`, equal to rounding the reference's fp64 quotient (formats/fp8.py)."""
+    a = tl.abs(x)
+    f = tl.minimum(a.to(tl.float32) * (1.0 / s.to(tl.float32)), 448.0)
+    # the candidate: one add-and-subtract of C = 2^(max(E, -6) + 20) (ulp(C) = the E4M3 step at f)
+    cbits = tl.maximum(f.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)
+    cc = cbits.to(tl.float32, bitcast=True)
+    e = tl.minimum((f + cc) - cc, 448.0)
+    up, dn, odd = _e4m3_steps(e)
+    hi = (e + 0.5 * up).to(tl.float64) * s  # exact
+    lo = (e - 0.5 * dn).to(tl.float64) * s
+    e = tl.where((a > hi) | ((a == hi) & odd), e + up, tl.where((a < lo) | ((a == lo) & odd), e - dn, e))
+    e = tl.minimum(e, 448.0)
+    return tl.where(x < 0, -e, e)
 
 
 @triton.jit
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
                   OPERAND_ORDER: tl.constexpr):
-    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating), written transposed (B·H, D, n_pad), the
-    tokens in `operand_key` order if OPERAND_ORDER."""
+    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_by_midpoints`), written transposed
+    (B·H, D, n_pad), the tokens in `operand_key` order if OPERAND_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -270,26 +321,9 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
         keys = operand_key(toks)
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
-                mask=(keys < N)[None, :], other=0.0).to(tl.float32)
-    # exact quotient (fp64), rounded to fp32 *to odd* so the final RNE onto E4M3 is one exact rounding
-    # (formats/e4m3.py does the same): truncate toward zero, set the last bit if anything was dropped
-    t = x.to(tl.float64) / tl.load(SV + pid_bh * D + cols).to(tl.float64)[:, None]
-    t = tl.minimum(tl.maximum(t, -448.0), 448.0)
-    f = t.to(tl.float32)
-    over = tl.abs(f.to(tl.float64)) > tl.abs(t)
-    bits = f.to(tl.int32, bitcast=True) - over.to(tl.int32)  # one ulp toward zero (sign-magnitude)
-    inexact = (bits.to(tl.float32, bitcast=True).to(tl.float64) != t).to(tl.int32)
-    f = (bits | inexact).to(tl.float32, bitcast=True)
-    # RNE onto the E4M3 grid here, in fp32, so the cast below is exact whatever its rounding: on the
-    # H200 Triton emits cvt.rn (ties to even), but the interpreter (CPU tests) rounds exact ties away
-    # from zero (116 -> 120), and bf16-valued V has exact ties (~0.4 % of the elements in the tests).
-    # One add-and-subtract of C = 2^(max(E, -6) + 20), E = floor(log2 |f|): ulp(C) is E4M3's step
-    # 2^(E - 3) (subnormal step 2^-9 below 2^-6), C's significand is even -> ties to even.
-    a = tl.abs(f)
-    cbits = tl.maximum(a.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)
-    c = cbits.to(tl.float32, bitcast=True)
-    r = tl.minimum((a + c) - c, 448.0)
-    f = tl.where(f < 0, -r, r)
+                mask=(keys < N)[None, :], other=0.0)
+    f = _e4m3_by_midpoints(x.to(tl.float64), tl.load(SV + pid_bh * D + cols).to(tl.float64)[:, None])
+    # f is on the E4M3 grid: the cast is exact whatever its rounding mode
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
 
 
@@ -339,8 +373,8 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 # (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass: the
 # fp64 arithmetic (exactness) makes big tiles spill; both must divide TILE (padding is to TILE)
-SAGE_ROWS = (32, 4)
-SAGE_V_TOKENS = (32, 4)
+SAGE_ROWS = (16, 4)
+SAGE_V_TOKENS = (16, 4)
 
 
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):

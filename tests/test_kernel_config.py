@@ -108,6 +108,20 @@ def test_gluon_needs_a_hopper_gpu():
     assert _gluon(merged_config("sage", 128, {"GLUON": False}), False, True, torch.device("cpu")) is False
 
 
+def test_defer_is_a_gluon_knob_with_three_stages():
+    """DEFER (the Gluon kernel's deferred stage release) is refused where it cannot act: with the Triton kernel,
+    and with two stages (the loader could not run a tile ahead)."""
+    from lowbit_video.kernels.launch import merged_config
+
+    assert merged_config("sage", 128, {"DEFER": True})["DEFER"] is True
+    with pytest.raises(ValueError, match="DEFER .* needs GLUON and NUM_STAGES >= 3"):
+        merged_config("sage", 128, {"DEFER": True, "GLUON": False})
+    with pytest.raises(ValueError, match="DEFER .* needs GLUON and NUM_STAGES >= 3"):
+        merged_config("mx", 128, {"DEFER": True, "NUM_STAGES": 2})
+    with pytest.raises(ValueError, match="DEFER .* needs GLUON"):
+        merged_config("int4", 128, {"DEFER": True})
+
+
 def test_bench_draft_config_parses_draft_keys():
     from lowbit_video.bench.kernels import parse_config
     from lowbit_video.kernels.draft import DRAFT_CONFIG_KEYS

@@ -167,6 +167,23 @@ def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("recipe,stages", [("sage2-int8", 3), ("mxattention", 3), ("mxattention", 4)])
+def test_gluon_deferred_stage_release_changes_no_bit(recipe, stages):
+    """config DEFER moves when a consumer releases a K/V stage, not what it computes: the output is the same bits,
+    over enough key tiles (13, the last ragged) that every stage of the ring is refilled several times."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 3, 300, 1600, 128, outliers=True, seed=7))
+    outs = []
+    for defer in (False, True):
+        st = KernelStats()
+        outs.append(attention(q, k, v, recipe, config={"DEFER": defer, "NUM_STAGES": stages}, stats=st))
+        assert st.kernel == "gluon"
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
     """Peaky rows put many P̃ blocks below what E4M3 holds; the Gluon kernel counts them as the Triton kernel
     does (equal up to the odd block whose fp32 exponent lands on the other side of a rule boundary)."""

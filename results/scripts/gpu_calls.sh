@@ -1,11 +1,12 @@
 #!/bin/bash
-# Session 8 device calls (GLUON on by default for sage2-int8 and the MXFP4 recipes), each step switched by a variable:
+# The device calls of sessions 8 and 9 (s8_gpu.sh until d873ad3), each step switched by a variable:
 #   GPU tests      TESTS=1, TEST_FILES, TESTS_K (a pytest -k expression)
 #   pre-pass       SAGE_PIECES=1: results/scripts/sage_prepass_pieces.py (the sage2 pre-pass piece by piece)
 #   bench kernels  SHAPES, RECIPES (those in TRITON_RECIPES, default all, also as "recipe[GLUON=False]", the
-#                  Triton kernel, if TRITON_ROWS=1); RECIPES="" skips it
+#                  Triton kernel, if TRITON_ROWS=1; and as "recipe[K=V,...]" with the kernel config VARIANT_CONFIG,
+#                  e.g. "DEFER=true", if set); RECIPES="" skips it
 #   e2e            E2E_RES, E2E_RECIPES (8 blocks; the default kernels, and the Triton kernel if TRITON_ROWS=1)
-# Each call's settings and commit are in results/kernels-h200.md, "Session 8".
+# Each call's settings and commit are in results/kernels-h200.md, sections "Session 8" and "Session 9".
 set -o pipefail
 SHAPES=${SHAPES-"wan-480p wan-720p hunyuan-720p"}
 RECIPES=${RECIPES-"mxattention sage2-int8"}
@@ -31,7 +32,9 @@ timeout ${BENCH_LIMIT:-300} python3 -c "
 import json, sys
 from lowbit_video.bench.kernels import bench_kernels
 recipes = '$RECIPES'.split()
+from lowbit_video.bench.kernels import config_variants
 v = {r + '[GLUON=False]': dict(recipe=r, config={'GLUON': False}) for r in '$TRITON_RECIPES'.split()} if '$TRITON_ROWS' == '1' else {}
+v.update(config_variants('$TRITON_RECIPES'.split(), '${VARIANT_CONFIG:-}'.split()))
 info = bench_kernels('$SHAPES'.split(), recipes, variants=v, log=lambda m: print(m, file=sys.stderr))
 json.dump(info, open('$OUT/bench.json', 'w'), indent=1)
 " 2>&1 | grep "x[0-9.]* cuDNN\|sdpa-cudnn\|Error" | tail -60
