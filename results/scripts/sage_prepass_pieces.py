@@ -54,7 +54,7 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", operand_order=True)),
     )
     default = prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS
-    for tiles in (((16, 4), (32, 4)), ((8, 4), (32, 4)), ((16, 4), (16, 4)), ((8, 4), (16, 4))):
+    for tiles in (((32, 4), (32, 4)), ((16, 4), (32, 4)), ((8, 4), (16, 4)), ((32, 8), (32, 8)), ((64, 8), (64, 8))):
         prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = tiles
         res[name][f"whole_rows{tiles[0]}_v{tiles[1]}"] = med(lambda: prepass.sage_prepass(q, k, v, "BHND"))
     prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = default
