@@ -231,22 +231,23 @@ def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
 
 
 @triton.jit
-def _rne_int_by_midpoints(x, s, QMAX: tl.constexpr):
-    """RNE(x / s) clamped to ±QMAX, for fp64 x and fp32-valued fp64 s > 0 per row (s[:, None]), with no
-    division per element: an fp32 candidate c (within one of the answer: its quotient is off by a few fp32
-    ulps), then x compared exactly with the two midpoints (c ± ½)·s, which are exact in fp64 (an 8-bit
-    numerator times a 24-bit scale); on a midpoint the even neighbour wins. Equal to rounding the reference's
-    fp64 quotient fl64(x / s): for fp64 x and fp32 s that quotient never lands on a midpoint unless the exact
-    one does (x − m·s is a nonzero multiple of ulp(x), which is more than half an ulp of the quotient away)."""
-    inv = 1.0 / s.to(tl.float32)
-    c = (x.to(tl.float32) * inv + 12582912.0) - 12582912.0  # RNE to an integer (1.5·2^23), a candidate
+def _rne_int_by_midpoints(x64, xf, s, QMAX: tl.constexpr):
+    """RNE(x / s) clamped to ±QMAX as int32, for x in fp64 (x64; xf: x rounded to fp32) and an fp32 scale s > 0 per
+    row ((ROWS,)), with no division per element: an integer candidate c from the fp32 quotient (within one of the
+    answer: that quotient is off by a few fp32 ulps), then x compared exactly with the two midpoints (c ± ½)·s,
+    exact in fp64 (an 8-bit numerator times a 24-bit scale); on a midpoint the even neighbour wins. Equal to
+    rounding the reference's fp64 quotient fl64(x / s): for fp64 x and fp32 s that quotient never lands on a
+    midpoint unless the exact one does (x − m·s is a nonzero multiple of ulp(x), more than half an ulp of the
+    quotient away)."""
+    t = xf * (1.0 / s)[:, None]
+    # RNE to an integer by adding 1.5·2^23 (|t| < 2^22), read off the sum's low bits
+    c = (t + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000
     c = tl.minimum(tl.maximum(c, -QMAX), QMAX)
-    odd = (c.to(tl.int32) & 1) != 0
-    hi = (c + 0.5).to(tl.float64) * s  # exact
-    lo = (c - 0.5).to(tl.float64) * s
-    up = (x > hi) | ((x == hi) & odd)
-    dn = (x < lo) | ((x == lo) & odd)
-    c = c + up.to(tl.float32) - dn.to(tl.float32)
+    hs = (s.to(tl.float64) * 0.5)[:, None]
+    hi = (2 * c + 1).to(tl.float64) * hs  # exact
+    lo = (2 * c - 1).to(tl.float64) * hs
+    odd = (c & 1) != 0
+    c += ((x64 > hi) | ((x64 == hi) & odd)).to(tl.int32) - ((x64 < lo) | ((x64 == lo) & odd)).to(tl.int32)
     return tl.minimum(tl.maximum(c, -QMAX), QMAX)
 
 
@@ -258,73 +259,69 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
     As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction and amax/127 in fp64, the
     scale rounded once to fp32 (fp64 div.rn, once per row, then RN to fp32: Triton's fp32 `/` is div.full, not
     correctly rounded), the codes RNE of the quotient x / fp32-scale (`_rne_int_by_midpoints`: a per-element
-    fp64 division made these passes compute-bound, ~140 instructions per element)."""
+    fp64 division made these passes compute-bound at ~140 instructions per element)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
-    x = x.to(tl.float64)
     if SUB_MEAN:
-        x = tl.where((rows < N)[:, None], x - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
-    s = (tl.max(tl.abs(x), axis=1) / 127.0).to(tl.float32)
+        x64 = tl.where((rows < N)[:, None], x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
+        amax = tl.max(tl.abs(x64), axis=1)
+        xf = x64.to(tl.float32)
+    else:
+        xf = x.to(tl.float32)  # exact (16-bit or fp32 input): so is its maximum
+        amax = tl.max(tl.abs(xf), axis=1).to(tl.float64)
+        x64 = xf.to(tl.float64)
+    s = (amax / 127.0).to(tl.float32)
     s = tl.where(s > 0, s, 1.0)
-    c = _rne_int_by_midpoints(x, s.to(tl.float64)[:, None], 127.0)
+    c = _rne_int_by_midpoints(x64, xf, s, 127)
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
     tl.store(SC + pid_bh * n_pad + rows, s)
 
 
 @triton.jit
-def _e4m3_steps(e):
-    """For E4M3 grid values e >= 0 (fp32): the grid step above e, the step below it, and whether e's code is odd.
-    Step 2^(max(E, −6) − 3), E = floor(log2 e) (subnormal step 2^−9); below a power of two 2^E > 2^−6 the step
-    halves."""
-    ebits = e.to(tl.int32, bitcast=True) & 0x7F800000
-    up = (tl.maximum(ebits, (-6 + 127) << 23) - (3 << 23)).to(tl.float32, bitcast=True)
-    pow2 = ((e.to(tl.int32, bitcast=True) & 0x7FFFFF) == 0) & (ebits > ((-6 + 127) << 23))
-    dn = tl.where(pow2, up * 0.5, up)
-    inv_up = ((254 << 23) - up.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)  # 1 / up, exactly
-    odd = ((e * inv_up).to(tl.int32) & 1) != 0  # e / up: the code's integer significand
-    return up, dn, odd
+def _e4m3_value(code):
+    """The E4M3 value of codes (int32, their low byte; 0x7F / 0xFF are NaN) as fp32."""
+    return (code & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
 
 @triton.jit
-def _e4m3_by_midpoints(x, s):
-    """RNE of x / s onto E4M3, saturating at ±448, for fp64 x and fp32-valued fp64 s > 0 (per column): an fp32
-    candidate on the grid (within one step of the answer), then |x| compared exactly with the midpoints to its
-    neighbours, (e ± step/2)·s, exact in fp64 (5 significant bits times 24); ties to the even code. As with
+def _e4m3_by_midpoints(x64, xf, s):
+    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x in fp64 (x64; xf: x rounded to fp32)
+    and an fp32 scale s > 0 per column ((D,)): a candidate code k from the fp32 quotient (within one step of the
+    answer), then |x| compared exactly with the midpoints to the neighbouring codes' values,
+    (value(k) + value(k ± 1)) / 2 · s, exact in fp64 (5 significant bits times 24); ties to the even code. Past
+    the ends the neighbour is NaN (code 0x7F, or 0xFF below 0) and no comparison holds. As with
     `_rne_int_by_midpoints`, equal to rounding the reference's fp64 quotient (formats/fp8.py)."""
-    a = tl.abs(x)
-    f = tl.minimum(a.to(tl.float32) * (1.0 / s.to(tl.float32)), 448.0)
-    # the candidate: one add-and-subtract of C = 2^(max(E, -6) + 20) (ulp(C) = the E4M3 step at f)
-    cbits = tl.maximum(f.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)
-    cc = cbits.to(tl.float32, bitcast=True)
-    e = tl.minimum((f + cc) - cc, 448.0)
-    up, dn, odd = _e4m3_steps(e)
-    hi = (e + 0.5 * up).to(tl.float64) * s  # exact
-    lo = (e - 0.5 * dn).to(tl.float64) * s
-    e = tl.where((a > hi) | ((a == hi) & odd), e + up, tl.where((a < lo) | ((a == lo) & odd), e - dn, e))
-    e = tl.minimum(e, 448.0)
-    return tl.where(x < 0, -e, e)
+    a = tl.abs(x64)
+    f = tl.minimum(tl.abs(xf) * (1.0 / s)[None, :], 448.0)
+    # the candidate, on the grid before it is encoded: one add-and-subtract of C = 2^(max(E, -6) + 20), whose ulp
+    # is the E4M3 step at f (the interpreter's fp32 -> E4M3 cast drops the carry when rounding reaches the next
+    # power of two: 126.2 -> 64; an exact grid value it encodes right)
+    cc = (tl.maximum(f.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)).to(tl.float32,
+                                                                                                   bitcast=True)
+    k = tl.minimum((f + cc) - cc, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+    e = _e4m3_value(k)
+    sd = s.to(tl.float64)[None, :]
+    hi = ((e + _e4m3_value(k + 1)) * 0.5).to(tl.float64) * sd  # exact
+    lo = ((e + _e4m3_value(k - 1)) * 0.5).to(tl.float64) * sd
+    odd = (k & 1) != 0
+    k += ((a > hi) | ((a == hi) & odd)).to(tl.int32) - ((a < lo) | ((a == lo) & odd)).to(tl.int32)
+    return tl.where(xf < 0, k | 0x80, k)
 
 
 @triton.jit
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
                   OPERAND_ORDER: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_by_midpoints`), written transposed
-    (B·H, D, n_pad), the tokens in `operand_key` order if OPERAND_ORDER."""
+    as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER. Read
+    token-major (V's contiguous channels: wide loads), transposed for the store (through shared memory)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    toks = pid_t * TB + tl.arange(0, TB)
-    keys = toks  # column toks of Vᵀ holds token keys
-    if OPERAND_ORDER:
-        keys = operand_key(toks)
-    cols = tl.arange(0, D)
-    x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
-                mask=(keys < N)[None, :], other=0.0)
-    f = _e4m3_by_midpoints(x.to(tl.float64), tl.load(SV + pid_bh * D + cols).to(tl.float64)[:, None])
-    # f is on the E4M3 grid: the cast is exact whatever its rounding mode
-    tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], f.to(tl.float8e4nv))
+    x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D, OPERAND_ORDER)
+    xf = x.to(tl.float32)  # exact for 16-bit and fp32 V
+    code = _e4m3_by_midpoints(xf.to(tl.float64), xf, tl.load(SV + pid_bh * D + cols))
+    toks = pid_t * TB + tl.arange(0, TB)  # column toks of Vᵀ holds token `keys` (toks, or operand_key(toks))
+    tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], tl.trans(code.to(tl.uint8)))
 
 
 @triton.jit
@@ -347,10 +344,14 @@ def _token_reduce_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constex
     tl.store(OUT + (pid_c * BH + pid_bh) * D + tl.arange(0, D), acc)
 
 
+# (tokens per tile, tiles per program) of the token reductions
+TOKEN_REDUCE = (64, 16)
+
+
 def _token_reduce(x: torch.Tensor, layout: str, absmax: bool) -> torch.Tensor:
-    """(chunks, B·H, D) partial results of `_token_reduce_kernel` over 1024-token chunks."""
+    """(chunks, B·H, D) partial results of `_token_reduce_kernel` over chunks of TOKEN_REDUCE[0]·[1] tokens."""
     B, H, N, D = _dims(x, layout)
-    rows, tiles = 64, 16
+    rows, tiles = TOKEN_REDUCE
     chunks = triton.cdiv(N, rows * tiles)
     part = torch.empty((chunks, B * H, D), device=x.device, dtype=torch.float32 if absmax else torch.float64)
     _token_reduce_kernel[(chunks, B * H)](x, part, *_bhnd_strides(x, layout), H, N, B * H, D=D, ROWS=rows,
@@ -403,7 +404,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     _int8_rows_kernel[(pad_k // rows, B * H)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k,
                                               D=D, ROWS=rows, SUB_MEAN=True, num_warps=warps)
     tb, warps = SAGE_V_TOKENS
-    _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt, *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
+    _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
                                         OPERAND_ORDER=operand_order, num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 

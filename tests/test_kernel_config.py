@@ -109,11 +109,14 @@ def test_gluon_needs_a_hopper_gpu():
 
 
 def test_defer_is_a_gluon_knob_with_three_stages():
-    """DEFER (the Gluon kernel's deferred stage release) is refused where it cannot act: with the Triton kernel,
-    and with two stages (the loader could not run a tile ahead)."""
+    """DEFER (the Gluon kernel's deferred stage release, on by default) is refused where it cannot act: with the
+    Triton kernel, and with two stages (the loader could not run a tile ahead)."""
     from lowbit_video.kernels.launch import merged_config
 
-    assert merged_config("sage", 128, {"DEFER": True})["DEFER"] is True
+    assert merged_config("sage", 128, None)["DEFER"] is True and merged_config("mx", 128, None)["DEFER"] is True
+    # the default gives way with the Gluon kernel; asked for, it is refused
+    assert merged_config("sage", 128, {"GLUON": False})["DEFER"] is False
+    assert merged_config("mx", 128, {"NUM_STAGES": 2})["DEFER"] is False
     with pytest.raises(ValueError, match="DEFER .* needs GLUON and NUM_STAGES >= 3"):
         merged_config("sage", 128, {"DEFER": True, "GLUON": False})
     with pytest.raises(ValueError, match="DEFER .* needs GLUON and NUM_STAGES >= 3"):

@@ -2,7 +2,8 @@
 of 10): the K mean (Triton fp64 partial sums, and torch's mean(dtype=float64) it replaced), V's channel maxima
 (`prepass.token_absmax`, and torch's abs().amax() it replaced), the INT8 Q and K passes, the E4M3 V pass (token
 order and the Gluon kernel's), and the whole `prepass.sage_prepass`; then the whole pre-pass for smaller tiles
-(`prepass.SAGE_ROWS`, `SAGE_V_TOKENS`: fewer registers per thread, more programs per SM). Prints one JSON object."""
+(`prepass.SAGE_ROWS`, `SAGE_V_TOKENS`: fewer registers per thread, more programs per SM), and the two token
+reductions for other chunkings (`prepass.TOKEN_REDUCE`). Prints one JSON object."""
 import json
 import statistics
 
@@ -36,7 +37,7 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
                                                         SUB_MEAN=sub, num_warps=warps)
 
     def v_pass(order):
-        prepass._v_fp8_kernel[(pad // tb, B * H)](v, sv, vt, *st, H, N, pad, D=D, TB=tb, OPERAND_ORDER=order,
+        prepass._v_fp8_kernel[(pad // tb, B * H)](v, sv, vt.view(torch.uint8), *st, H, N, pad, D=D, TB=tb, OPERAND_ORDER=order,
                                                   num_warps=vwarps)
 
     res[name] = dict(
@@ -54,8 +55,14 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", operand_order=True)),
     )
     default = prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS
-    for tiles in (((32, 4), (32, 4)), ((16, 4), (32, 4)), ((8, 4), (16, 4)), ((32, 8), (32, 8)), ((64, 8), (64, 8))):
+    for tiles in (((32, 4), (32, 4)), ((16, 4), (32, 4)), ((32, 4), (16, 4)), ((8, 4), (16, 4)), ((32, 8), (64, 8))):
         prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = tiles
         res[name][f"whole_rows{tiles[0]}_v{tiles[1]}"] = med(lambda: prepass.sage_prepass(q, k, v, "BHND"))
     prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = default
+    default = prepass.TOKEN_REDUCE
+    for red in ((64, 4), (32, 4), (128, 2), (32, 16)):
+        prepass.TOKEN_REDUCE = red
+        res[name][f"kmean_reduce{red}"] = med(lambda: prepass.token_mean64(k, "BHND"))
+        res[name][f"v_absmax_reduce{red}"] = med(lambda: prepass.token_absmax(v, "BHND"))
+    prepass.TOKEN_REDUCE = default
 print(json.dumps(res))
