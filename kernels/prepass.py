@@ -287,13 +287,13 @@ def _e4m3_value(code):
 @triton.jit
 def _e4m3_by_midpoints(x64, xf, s):
     """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x in fp64 (x64; xf: x rounded to fp32)
-    and an fp32 scale s > 0 per column ((D,)): a candidate code k from the fp32 quotient (within one step of the
+    and an fp32 scale s > 0 per channel (broadcast to x): a candidate code k from the fp32 quotient (within one step of the
     answer), then |x| compared exactly with the midpoints to the neighbouring codes' values,
     (value(k) + value(k ± 1)) / 2 · s, exact in fp64 (5 significant bits times 24); ties to the even code. Past
     the ends the neighbour is NaN (code 0x7F, or 0xFF below 0) and no comparison holds. As with
     `_rne_int_by_midpoints`, equal to rounding the reference's fp64 quotient (formats/fp8.py)."""
     a = tl.abs(x64)
-    f = tl.minimum(tl.abs(xf) * (1.0 / s)[None, :], 448.0)
+    f = tl.minimum(tl.abs(xf) * (1.0 / s), 448.0)
     # the candidate, on the grid before it is encoded: one add-and-subtract of C = 2^(max(E, -6) + 20), whose ulp
     # is the E4M3 step at f (the interpreter's fp32 -> E4M3 cast drops the carry when rounding reaches the next
     # power of two: 126.2 -> 64; an exact grid value it encodes right)
@@ -301,7 +301,7 @@ def _e4m3_by_midpoints(x64, xf, s):
                                                                                                    bitcast=True)
     k = tl.minimum((f + cc) - cc, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
     e = _e4m3_value(k)
-    sd = s.to(tl.float64)[None, :]
+    sd = s.to(tl.float64)
     hi = ((e + _e4m3_value(k + 1)) * 0.5).to(tl.float64) * sd  # exact
     lo = ((e + _e4m3_value(k - 1)) * 0.5).to(tl.float64) * sd
     odd = (k & 1) != 0
@@ -313,15 +313,22 @@ def _e4m3_by_midpoints(x64, xf, s):
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
                   OPERAND_ORDER: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_by_midpoints`), written transposed
-    as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER. Read
-    token-major (V's contiguous channels: wide loads), transposed for the store (through shared memory)."""
+    as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER. (Read as
+    (tokens, channels) tiles and transposed with tl.trans before the store, the codes passed the interpreter but
+    came out wrong on the H200 at head_dim 128: results/kernels-h200.md, "Session 9".)"""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    x, _, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, TB, D, OPERAND_ORDER)
-    xf = x.to(tl.float32)  # exact for 16-bit and fp32 V
-    code = _e4m3_by_midpoints(xf.to(tl.float64), xf, tl.load(SV + pid_bh * D + cols))
-    toks = pid_t * TB + tl.arange(0, TB)  # column toks of Vᵀ holds token `keys` (toks, or operand_key(toks))
-    tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], tl.trans(code.to(tl.uint8)))
+    b = pid_bh // H
+    h = pid_bh % H
+    toks = pid_t * TB + tl.arange(0, TB)
+    keys = toks  # column toks of Vᵀ holds token keys
+    if OPERAND_ORDER:
+        keys = operand_key(toks)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
+                mask=(keys < N)[None, :], other=0.0).to(tl.float32)  # exact for 16-bit and fp32 V
+    code = _e4m3_by_midpoints(x.to(tl.float64), x, tl.load(SV + pid_bh * D + cols)[:, None])
+    tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
 
 @triton.jit
@@ -344,8 +351,8 @@ def _token_reduce_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constex
     tl.store(OUT + (pid_c * BH + pid_bh) * D + tl.arange(0, D), acc)
 
 
-# (tokens per tile, tiles per program) of the token reductions
-TOKEN_REDUCE = (64, 16)
+# (tokens per tile, tiles per program) of the token reductions: (128, 2) measured fastest of five ("Session 9")
+TOKEN_REDUCE = (128, 2)
 
 
 def _token_reduce(x: torch.Tensor, layout: str, absmax: bool) -> torch.Tensor:

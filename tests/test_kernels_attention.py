@@ -397,14 +397,15 @@ def _sage_prepass_vs_formats(q, k, v):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_sage_prepass_is_bit_exact_against_formats(dtype):
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sage_prepass_is_bit_exact_against_formats(dtype, head_dim):
     """INT8 Q/K (K smoothed) and E4M3 V codes and scales equal the engine's bit for bit. bf16-valued V
     has exact E4M3 ties (about 0.4 % of the elements here), which must round to even."""
-    q, k, v = make_qkv(2, 3, 300, 200, 64, outliers=False, seed=364, dtype=dtype)
+    q, k, v = make_qkv(2, 3, 300, 200, head_dim, outliers=False, seed=364, dtype=dtype)
     bad = _sage_prepass_vs_formats(q.cuda(), k.cuda(), v.cuda())
     assert not any(bad.values()), bad
     # INT8 quotients on exact .5 ties for half the elements (round half to even), with a scale of 255/16
-    bad = _sage_prepass_vs_formats(*(t.cuda() for t in _int8_ties(2, 3, 300, 64)))
+    bad = _sage_prepass_vs_formats(*(t.cuda() for t in _int8_ties(2, 3, 300, head_dim)))
     assert not any(bad.values()), bad
 
 

@@ -60,7 +60,7 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         res[name][f"whole_rows{tiles[0]}_v{tiles[1]}"] = med(lambda: prepass.sage_prepass(q, k, v, "BHND"))
     prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = default
     default = prepass.TOKEN_REDUCE
-    for red in ((64, 4), (32, 4), (128, 2), (32, 16)):
+    for red in ((64, 16), (128, 1), (256, 1), (64, 2)):
         prepass.TOKEN_REDUCE = red
         res[name][f"kmean_reduce{red}"] = med(lambda: prepass.token_mean64(k, "BHND"))
         res[name][f"v_absmax_reduce{red}"] = med(lambda: prepass.token_absmax(v, "BHND"))
