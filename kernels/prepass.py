@@ -279,33 +279,42 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
 
 
 @triton.jit
-def _e4m3_value(code):
-    """The E4M3 value of codes (int32, their low byte; 0x7F / 0xFF are NaN) as fp32."""
-    return (code & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+def _e4m3_value(k):
+    """The value of E4M3 magnitude codes k in [0, 127] as fp32, from the bits (exponent k >> 3, bias 7; mantissa
+    k & 7; subnormal below code 8): no fp8 conversion (decoding through the fp8 type gave wrong V codes on the
+    H200 for bf16 V at head_dim 128, "Session 9"). Code 127 (NaN in E4M3) decodes as 480, one step past 448:
+    the midpoint 464 is beyond any saturated quotient."""
+    ex = k >> 3
+    normal = (((ex + 120) << 23) | ((k & 7) << 20)).to(tl.float32, bitcast=True)
+    return tl.where(ex > 0, normal, (k & 7).to(tl.float32) * 0.001953125)
+
+
+@triton.jit
+def _e4m3_code(e):
+    """The magnitude code of an E4M3 grid value e >= 0 (fp32), from its fp32 bits."""
+    bits = e.to(tl.int32, bitcast=True)
+    return tl.where(e >= 0.015625, (((bits >> 23) - 120) << 3) | ((bits >> 20) & 7), (e * 512.0).to(tl.int32))
 
 
 @triton.jit
 def _e4m3_by_midpoints(x64, xf, s):
     """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x in fp64 (x64; xf: x rounded to fp32)
-    and an fp32 scale s > 0 per channel (broadcast to x): a candidate code k from the fp32 quotient (within one step of the
-    answer), then |x| compared exactly with the midpoints to the neighbouring codes' values,
-    (value(k) + value(k ± 1)) / 2 · s, exact in fp64 (5 significant bits times 24); ties to the even code. Past
-    the ends the neighbour is NaN (code 0x7F, or 0xFF below 0) and no comparison holds. As with
+    and an fp32 scale s > 0 per channel (broadcast to x): a candidate code k from the fp32 quotient (within one
+    step of the answer), then |x| compared exactly with the midpoints to the neighbouring codes' values,
+    (value(k) + value(k ± 1)) / 2 · s, exact in fp64 (5 significant bits times 24); ties to the even code. As with
     `_rne_int_by_midpoints`, equal to rounding the reference's fp64 quotient (formats/fp8.py)."""
     a = tl.abs(x64)
     f = tl.minimum(tl.abs(xf) * (1.0 / s), 448.0)
-    # the candidate, on the grid before it is encoded: one add-and-subtract of C = 2^(max(E, -6) + 20), whose ulp
-    # is the E4M3 step at f (the interpreter's fp32 -> E4M3 cast drops the carry when rounding reaches the next
-    # power of two: 126.2 -> 64; an exact grid value it encodes right)
+    # the candidate on the grid: one add-and-subtract of C = 2^(max(E, -6) + 20), whose ulp is the E4M3 step at f
     cc = (tl.maximum(f.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)).to(tl.float32,
                                                                                                    bitcast=True)
-    k = tl.minimum((f + cc) - cc, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
-    e = _e4m3_value(k)
+    e = tl.minimum((f + cc) - cc, 448.0)
+    k = _e4m3_code(e)
     sd = s.to(tl.float64)
     hi = ((e + _e4m3_value(k + 1)) * 0.5).to(tl.float64) * sd  # exact
-    lo = ((e + _e4m3_value(k - 1)) * 0.5).to(tl.float64) * sd
+    lo = ((e + _e4m3_value(tl.maximum(k - 1, 0))) * 0.5).to(tl.float64) * sd  # (k = 0: lo = 0, never above |x|)
     odd = (k & 1) != 0
-    k += ((a > hi) | ((a == hi) & odd)).to(tl.int32) - ((a < lo) | ((a == lo) & odd)).to(tl.int32)
+    k += ((a > hi) | ((a == hi) & odd)).to(tl.int32) - (((a < lo) | ((a == lo) & odd)) & (k > 0)).to(tl.int32)
     return tl.where(xf < 0, k | 0x80, k)
 
 
