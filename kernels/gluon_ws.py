@@ -76,9 +76,10 @@ class Consts:
     QMAX: gl.constexpr
     PNQ: gl.constexpr
     DEFER: gl.constexpr
+    EARLY: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -86,6 +87,7 @@ class Consts:
         self.QMAX = gl.constexpr(QMAX)
         self.PNQ = gl.constexpr(PNQ)
         self.DEFER = gl.constexpr(DEFER)
+        self.EARLY = gl.constexpr(EARLY)
 
 
 @gluon.jit
@@ -94,7 +96,7 @@ def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ,
-              consts.DEFER)
+              consts.DEFER, consts.EARLY)
 
 
 @gluon.jit
@@ -233,9 +235,10 @@ def _as_operand(p8, p_layout: gl.constexpr):
 def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
           offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
           row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
-          FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr):
+          FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr):
     """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) (if NEXT: not for the last tile)
-    and P̃·V(j) issued, one wait."""
+    and P̃·V(j) issued, one wait. EARLY: QKᵀ(j+1) issued before the softmax instead, so that it runs during it
+    (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax)."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     st = j % STAGES
@@ -248,6 +251,12 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         qk = s_cur
         cj = c_row * _pow2(gl.maximum(ks_next, -126))  # q's and key tile j's exponents · sm_scale·log2 e
     ks_next = _key_scales(KS, j + 1, n_tiles, MODE)
+    if EARLY:
+        if DEFER:
+            mbarrier.arrive(empty.index((j + STAGES - 1) % STAGES), pred=j > 0)  # as below
+        if NEXT:
+            mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1)
+            s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
     if MODE == 2:
@@ -274,14 +283,14 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
     else:
         l_i = l_i * alpha + gl.sum(y, axis=1)
     p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
-    if DEFER:
+    if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
         # release's warpgroup barrier then falls where this tile's waits need one anyway (2 barriers per tile
         # instead of 3 in sage2's offline SASS); needs STAGES >= 3 to keep the loader a tile ahead
         mbarrier.arrive(empty.index((j + STAGES - 1) % STAGES), pred=j > 0)
     # NEXT is a constexpr rather than a predicate on the wait: a predicated mbarrier wait costs a warpgroup
     # bar.sync per tile (offline PTX)
-    if NEXT:
+    if NEXT and not EARLY:
         mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1)
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (j // STAGES) & 1)
@@ -301,7 +310,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
 @gluon.jit
 def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
-              QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr):
+              QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
     issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
     BN: gl.constexpr = k_s.shape[1]
@@ -345,11 +354,11 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
             j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
             offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, True, MODE, RULE, FLQ,
-            QMAX, PNQ, DEFER)
+            QMAX, PNQ, DEFER, EARLY)
     s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
         n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
         offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ,
-        QMAX, PNQ, DEFER)
+        QMAX, PNQ, DEFER, EARLY)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
@@ -370,7 +379,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
 def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
                 n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
                 RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
-                NWG: gl.constexpr, DEFER: gl.constexpr, num_warps: gl.constexpr):
+                NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
+                num_warps: gl.constexpr):
     """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -407,15 +417,15 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks
             pid_m * (64 * NWG), n_q, n_kv, n_tiles, c, so_n, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, k_s, v_s, ks_s, kready, vready, empty, bh * k_rows_bh, bh * D, bh, n_tiles)
     if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
                             (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
         # (the default partition keeps the launch's count: it spills, results/kernels-h200.md "Session 7")
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
@@ -434,7 +444,8 @@ def descriptors(qq, kk, vv, ks=None):
             TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], gl.float8e4nv)), ksd)
 
 
-def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False):
+def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
+           early: bool = False):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, or MODE 2)
     into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1 adds its inexact P̃ block count to `bad`."""
     if so[3] != 1:
@@ -447,5 +458,5 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         qd, kd, vd, ksd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
         P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"], NWG=nwg, DEFER=defer,
-        num_warps=4)
+        EARLY=early, num_warps=4)
     return out

@@ -125,6 +125,19 @@ def test_defer_is_a_gluon_knob_with_three_stages():
         merged_config("int4", 128, {"DEFER": True})
 
 
+def test_early_qk_is_an_opt_in_gluon_knob():
+    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) is off by default and
+    refused with the Triton kernel."""
+    from lowbit_video.kernels.launch import merged_config
+
+    assert not merged_config("sage", 128, None).get("EARLY_QK")
+    assert merged_config("mx", 128, {"EARLY_QK": True})["EARLY_QK"] is True
+    with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
+        merged_config("sage", 128, {"EARLY_QK": True, "GLUON": False})
+    with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
+        merged_config("int4", 128, {"EARLY_QK": True})
+
+
 def test_bench_draft_config_parses_draft_keys():
     from lowbit_video.bench.kernels import parse_config
     from lowbit_video.kernels.draft import DRAFT_CONFIG_KEYS
