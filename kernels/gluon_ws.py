@@ -77,9 +77,10 @@ class Consts:
     PNQ: gl.constexpr
     DEFER: gl.constexpr
     EARLY: gl.constexpr
+    PINGPONG: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -88,6 +89,7 @@ class Consts:
         self.PNQ = gl.constexpr(PNQ)
         self.DEFER = gl.constexpr(DEFER)
         self.EARLY = gl.constexpr(EARLY)
+        self.PINGPONG = gl.constexpr(PINGPONG)
 
 
 @gluon.jit
@@ -96,7 +98,7 @@ def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ,
-              consts.DEFER, consts.EARLY)
+              consts.DEFER, consts.EARLY, consts.PINGPONG)
 
 
 @gluon.jit
@@ -233,12 +235,15 @@ def _as_operand(p8, p_layout: gl.constexpr):
 
 @gluon.jit
 def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
-          offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout: gl.constexpr, col_s: gl.constexpr,
-          row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
-          FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr):
+          offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, turn_me, turn_other, p_layout: gl.constexpr,
+          col_s: gl.constexpr, row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr,
+          RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr,
+          EARLY: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
     """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) (if NEXT: not for the last tile)
     and P̃·V(j) issued, one wait. EARLY: QKᵀ(j+1) issued before the softmax instead, so that it runs during it
-    (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax)."""
+    (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax). PINGPONG:
+    the two consumers take turns to issue their MMAs (turn_me / turn_other, one arrival each), so that one's MMAs
+    run while the other computes its softmax (FlashAttention-3's ping-pong), rather than whenever they happen to."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     st = j % STAGES
@@ -290,11 +295,16 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         mbarrier.arrive(empty.index((j + STAGES - 1) % STAGES), pred=j > 0)
     # NEXT is a constexpr rather than a predicate on the wait: a predicated mbarrier wait costs a warpgroup
     # bar.sync per tile (offline PTX)
+    if PINGPONG:
+        # this consumer's j-th turn; consumer 0's first passes at once (the parity before phase 0)
+        mbarrier.wait(turn_me, (j & 1) ^ (1 - WG))
     if NEXT and not EARLY:
         mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1)
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (j // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn_other)  # the other consumer's turn
     if NEXT:
         s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
     else:
@@ -310,7 +320,8 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
 @gluon.jit
 def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
               c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
-              QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr):
+              QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
+              PINGPONG: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
     issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
     BN: gl.constexpr = k_s.shape[1]
@@ -343,6 +354,10 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
     zero_o = gl.zeros([64, D], gl.float32, o_layout)
 
     offs_n0 = gl.arange(0, BN, col_s)
+    # the consumers' turn barriers follow their Q barriers (PINGPONG, two consumers)
+    NWG: gl.constexpr = q_s.shape[0]
+    turn_me = qbar.index(NWG + WG)
+    turn_other = qbar.index(NWG + 1 - WG)
     ks_next = _key_scales(KS, 0, n_tiles, MODE)
     mbarrier.wait(qbar.index(WG), 0)
     mbarrier.wait(kready.index(0), 0)
@@ -353,12 +368,12 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
     for j in range(n_tiles - 1):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
             j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
-            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, False, True, MODE, RULE, FLQ,
-            QMAX, PNQ, DEFER, EARLY)
+            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, False, True,
+            MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG)
     s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
         n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
-        offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ,
-        QMAX, PNQ, DEFER, EARLY)
+        offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, True, False,
+        MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
@@ -380,7 +395,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks
                 n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
                 RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-                num_warps: gl.constexpr):
+                PINGPONG: gl.constexpr, num_warps: gl.constexpr):
     """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -393,11 +408,11 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks
     q_s = gl.allocate_shared_memory(q_desc.dtype, [NWG, 64, D], q_desc.layout)
     k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(v_desc.dtype, [STAGES, D, BN], v_desc.layout)
-    qbar = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())
+    qbar = gl.allocate_shared_memory(gl.int64, [2 * NWG, 1], mbarrier.MBarrierLayout())  # Q, then turns
     kready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     vready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NWG):
+    for i in gl.static_range(2 * NWG):
         mbarrier.init(qbar.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kready.index(i), count=1)
@@ -417,15 +432,15 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks
             pid_m * (64 * NWG), n_q, n_kv, n_tiles, c, so_n, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, k_s, v_s, ks_s, kready, vready, empty, bh * k_rows_bh, bh * D, bh, n_tiles)
     if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
                             (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
         # (the default partition keeps the launch's count: it spills, results/kernels-h200.md "Session 7")
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
@@ -445,7 +460,7 @@ def descriptors(qq, kk, vv, ks=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
-           early: bool = False):
+           early: bool = False, pingpong: bool = False):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, or MODE 2)
     into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1 adds its inexact P̃ block count to `bad`."""
     if so[3] != 1:
@@ -458,5 +473,5 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         qd, kd, vd, ksd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
         P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"], NWG=nwg, DEFER=defer,
-        EARLY=early, num_warps=4)
+        EARLY=early, PINGPONG=pingpong, num_warps=4)
     return out

@@ -170,7 +170,7 @@ def _config(variant: str, head_dim: int) -> dict:
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
                "TMA": bool, "maxnreg": int, "GLUON": bool, "DEFER": bool,
-               "EARLY_QK": bool}
+               "EARLY_QK": bool, "PINGPONG": bool}
 # keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
@@ -224,6 +224,10 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         # the Gluon kernel issues the next tile's QKᵀ before this tile's softmax (FlashAttention-3's overlap within
         # a warpgroup); compiled offline (no spills, the MMAs interleaved with the softmax), not yet timed: off
         raise ValueError("kernel config EARLY_QK (the Gluon kernel's early QKᵀ issue) needs GLUON")
+    if cfg.get("PINGPONG") and (not cfg.get("GLUON") or cfg.get("EARLY_QK")):
+        # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong); compiled offline (two
+        # more warpgroup barriers per tile), not yet timed: off
+        raise ValueError("kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -406,7 +410,8 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         from . import gluon_ws
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
-                        defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False))
+                        defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
+                        pingpong=cfg.get("PINGPONG", False))
         st.kernel = "gluon"
     else:
         st.kernel = "triton"

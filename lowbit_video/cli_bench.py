@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         reps: Optional[int] = typer.Option(None, "--reps", min=1, help="Timed calls per measurement (median); default by shape size."),
         config: Optional[list[str]] = typer.Option(
             None, "--config", help="Also time each recipe with this kernel setting, KEY=VALUE (repeat to combine; "
-            "keys BLOCK_M, num_warps, NUM_STAGES, PIPE, DS, PQ, WS, TMA, maxnreg, GLUON, DEFER, EARLY_QK), as an extra row 'recipe[KEY=VALUE,...]'. "
+            "keys BLOCK_M, num_warps, NUM_STAGES, PIPE, DS, PQ, WS, TMA, maxnreg, GLUON, DEFER, EARLY_QK, PINGPONG), as an extra row 'recipe[KEY=VALUE,...]'. "
             "sage2-int8 and the MXFP4 recipes run the Gluon kernel by default; GLUON=false (or any Triton-only key) times "
             "the Triton kernel."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),

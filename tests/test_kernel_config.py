@@ -125,9 +125,9 @@ def test_defer_is_a_gluon_knob_with_three_stages():
         merged_config("int4", 128, {"DEFER": True})
 
 
-def test_early_qk_is_an_opt_in_gluon_knob():
-    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) is off by default and
-    refused with the Triton kernel."""
+def test_early_qk_and_pingpong_are_opt_in_gluon_knobs():
+    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) and PINGPONG (its two
+    consumers take turns to issue their MMAs) are off by default and refused with the Triton kernel."""
     from lowbit_video.kernels.launch import merged_config
 
     assert not merged_config("sage", 128, None).get("EARLY_QK")
@@ -136,6 +136,12 @@ def test_early_qk_is_an_opt_in_gluon_knob():
         merged_config("sage", 128, {"EARLY_QK": True, "GLUON": False})
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
         merged_config("int4", 128, {"EARLY_QK": True})
+    assert not merged_config("mx", 128, None).get("PINGPONG")
+    assert merged_config("sage", 128, {"PINGPONG": True})["PINGPONG"] is True
+    with pytest.raises(ValueError, match="PINGPONG .* needs GLUON, without EARLY_QK"):
+        merged_config("sage", 128, {"PINGPONG": True, "EARLY_QK": True})
+    with pytest.raises(ValueError, match="PINGPONG .* needs GLUON"):
+        merged_config("mx", 128, {"PINGPONG": True, "GLUON": False})
 
 
 def test_bench_draft_config_parses_draft_keys():

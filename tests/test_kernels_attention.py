@@ -169,17 +169,18 @@ def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
 @needs_cuda
 @pytest.mark.parametrize("recipe,stages", [("sage2-int8", 3), ("mxattention", 3), ("mxattention", 4)])
 def test_gluon_deferred_stage_release_changes_no_bit(recipe, stages):
-    """config DEFER moves when a consumer releases a K/V stage, EARLY_QK when it issues the next QKᵀ, not what it
-    computes: the output is the same bits, over enough key tiles (13, the last ragged) that every stage of the ring
-    is refilled several times."""
+    """config DEFER moves when a consumer releases a K/V stage, EARLY_QK when it issues the next QKᵀ, PINGPONG
+    makes the consumers take turns; none changes what is computed: the output is the same bits, over enough key
+    tiles (13, the last ragged) that every stage of the ring is refilled several times."""
     from lowbit_video.kernels.launch import KernelStats, attention
 
     q, k, v = (t.cuda() for t in make_qkv(1, 3, 300, 1600, 128, outliers=True, seed=7))
     outs = []
-    for defer, early in ((False, False), (True, False), (True, True), (False, True)):
+    for defer, early, ping in ((False, False, False), (True, False, False), (True, True, False),
+                               (False, True, False), (True, False, True), (False, False, True)):
         st = KernelStats()
-        outs.append(attention(q, k, v, recipe, config={"DEFER": defer, "EARLY_QK": early, "NUM_STAGES": stages},
-                              stats=st))
+        config = {"DEFER": defer, "EARLY_QK": early, "PINGPONG": ping, "NUM_STAGES": stages}
+        outs.append(attention(q, k, v, recipe, config=config, stats=st))
         assert st.kernel == "gluon"
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 

@@ -29,7 +29,7 @@ def compile_ws(mode: int, over: dict):
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qmax = float(over.pop("QMAX", 6.0))
     const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=qmax,
-                 PNQ=mode == 1, NWG=2, DEFER=True, EARLY=False, num_warps=4)
+                 PNQ=mode == 1, NWG=2, DEFER=True, EARLY=False, PINGPONG=False, num_warps=4)
     const.update({k: (v == "True" if v in ("True", "False") else int(v)) for k, v in over.items()})
     qk = gl.float8e4nv if mode == 1 else gl.int8
     lay = gl.NVMMASharedLayout.get_default_for
