@@ -390,8 +390,8 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 # (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass; both must
-# divide TILE (padding is to TILE). Measured against 32-row / 32-token and 8-row tiles ("Session 9": within
-# 1-10 %, this the fastest at wan-480p; 32/32 1 % faster at wan-720p)
+# divide TILE (padding is to TILE). Whole pre-pass, "Session 9" call 4 (its V pass decoded through fp8, since
+# replaced): 16 or 32 rows with 16 or 32 tokens within 1.5 % of each other; 8-row tiles 12-15 %, 8-warp 48 % slower
 SAGE_ROWS = (16, 4)
 SAGE_V_TOKENS = (16, 4)
 
