@@ -14,6 +14,12 @@ in the operand's key order). Each key tile's FP8 P̂·V̂ product goes into a ze
 rescaled accumulator (the per-tile promotion).
 - MODE 2 (prepass.sage_prepass): INT8 Q, K with fp32 per-token scales, Vᵀ E4M3 with per-channel scales; exact
   INT8 QKᵀ (int32) → fp32 · k scale, P̃·2^P_SHIFT = exp2(·) cast to E4M3 (RNE).
+- MODE 3 (prepass.int4_prepass; opt-in with config GLUON, compiled offline for sm_90 but **not yet run on the
+  GPU**): INT4 codes in int8 for Q, K (per-token scales) and Vᵀ (per-channel), both MMAs exact INT8; the ΔS
+  table row of the program's q group comes by TMA with each K tile; P̃ codes RNE(PLEV·2^(qk − tile row max)) as
+  `_core._tile_update`; a rotated V (ROTV) is undone after the kernel by one fp64 matmul (the Triton kernel does
+  it in its epilogue). Offline: 923 instructions per 64×128 tile and warpgroup, no spills (Triton's MODE 3 key
+  loop: 1018 for the same 64 scores per thread).
 - MODE 1 (prepass.mx_rows / mx_cols): Q, K E2M1·2^(e_b − R) in E4M3 with one exponent R per 128-token tile, Vᵀ
   folded per channel; P̃·2^8 quantized in-kernel per 32 keys with the recipe's scale rule (`_core.mx_exponent`,
   `_core.e2m1_round_bits`: exact), PNQ or direct placement, P̃ blocks E4M3 cannot hold counted into BAD.
@@ -33,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from triton.language.core import _aggregate as aggregate
 
-from ._core import MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, mx_exponent
+from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, mx_exponent
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
@@ -41,21 +47,29 @@ KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank
 
 
 @gluon.jit
-def _loader(k_desc, v_desc, ks_desc, k_s, v_s, ks_s, kready, vready, empty, k_row0, v_row, ks_row, n_tiles):
+def _loader(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, k_row0, v_row, ks_row,
+            ds_row, n_tiles):
     """One warp: K and Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
     With sage2's per-token key scales (MODE 2: ks_s holds one 128-key row per stage) each tile's scales come
     into the K stage on K's barrier: the consumers read them from shared memory in their logits' column layout,
     with no store, barrier and load of their own (a register layout conversion through shared memory
     otherwise, two warpgroup barriers per tile). (Worker partitions take IR values only, so the sizes and
-    that choice come from the buffers.)"""
+    that choice come from the buffers.) The INT4 mode's ΔS table row (ds_s, one 128-key row per stage) comes the
+    same way."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     KS_TILES: gl.constexpr = ks_s.shape[0] == STAGES and ks_s.shape[2] == BN
+    DS_TILES: gl.constexpr = ds_s.shape[0] == STAGES and ds_s.shape[2] == BN
     for t in range(n_tiles):
         s = t % STAGES
         # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
         mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
-        if KS_TILES:
+        if DS_TILES:
+            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes
+                            + ds_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
+            tma.async_copy_global_to_shared(ds_desc, [ds_row, t * BN], kready.index(s), ds_s.index(s))
+        elif KS_TILES:
             mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
         else:
@@ -78,9 +92,11 @@ class Consts:
     DEFER: gl.constexpr
     EARLY: gl.constexpr
     PINGPONG: gl.constexpr
+    PLEV: gl.constexpr
+    SMQ: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -90,15 +106,17 @@ class Consts:
         self.DEFER = gl.constexpr(DEFER)
         self.EARLY = gl.constexpr(EARLY)
         self.PINGPONG = gl.constexpr(PINGPONG)
+        self.PLEV = gl.constexpr(PLEV)
+        self.SMQ = gl.constexpr(SMQ)
 
 
 @gluon.jit
-def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q,
-                        n_kv, n_tiles, c, so_n, P_SHIFT, consts):
+def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, q_row, m0,
+                        n_q, n_kv, n_tiles, c, so_n, P_SHIFT, consts):
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ,
-              consts.DEFER, consts.EARLY, consts.PINGPONG)
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+              n_tiles, c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ,
+              consts.DEFER, consts.EARLY, consts.PINGPONG, consts.PLEV, consts.SMQ)
 
 
 @gluon.jit
@@ -234,11 +252,11 @@ def _as_operand(p8, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
-          offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, turn_me, turn_other, p_layout: gl.constexpr,
+def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
+          offs_n0, n_kv, n_tiles, P_SHIFT, ds_scale, zero_s, zero_o, turn_me, turn_other, p_layout: gl.constexpr,
           col_s: gl.constexpr, row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr,
           RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr,
-          EARLY: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr):
+          EARLY: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr):
     """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) (if NEXT: not for the last tile)
     and P̃·V(j) issued, one wait. EARLY: QKᵀ(j+1) issued before the softmax instead, so that it runs during it
     (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax). PINGPONG:
@@ -252,6 +270,13 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         # (the exact magic-number conversion bits(1.5·2^23 + s) − 1.5·2^23 instead of I2F measured no faster)
         qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :]
         cj = c_row
+    elif MODE == 3:
+        # INT4: the logits in the log2 domain here (q and k scales · sm_scale·log2 e), plus the Q-smoothing term
+        # ΔS · sm_scale·log2 e from the pre-pass table (SMQ 2), as `_core._qk_tile`
+        qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :] * c_row[:, None]
+        if SMQ == 2:
+            qk = qk + (ds_s.index(st).reshape([BN]).load(col_s) * ds_scale)[None, :]
+        cj = c_row
     else:
         qk = s_cur
         cj = c_row * _pow2(gl.maximum(ks_next, -126))  # q's and key tile j's exponents · sm_scale·log2 e
@@ -264,30 +289,50 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
             s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
-    if MODE == 2:
+    if MODE == 2 or MODE == 3:
         rmax = gl.max(qk, axis=1)
     else:
         # the 32-key block maxima first, the row maximum from them (1/32 of the extra work)
         bmax = gl.max(gl.reshape(qk, [qk.shape[0], BN // 32, 32]), axis=2)
         rmax = gl.convert_layout(gl.max(bmax, axis=1), m_i.type.layout)
-    m_new = gl.maximum(m_i, rmax * cj)
+    if MODE == 3:
+        m_new = gl.maximum(m_i, rmax)
+    else:
+        m_new = gl.maximum(m_i, rmax * cj)
     if MASKED:
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_use = m_new
     alpha = gl.exp2(m_i - m_use)
-    if MODE == 2:
+    if MODE == 3:
+        # INT4 P̃ codes RNE(PLEV·2^(qk − tile row max)) ∈ [0, PLEV], s = the tile's row maximum of P̃ / PLEV, as
+        # `_core._tile_update`: the magic add t + 1.5·2^23, whose low byte is the code
+        ymax = gl.exp2(rmax - (m_use - P_SHIFT))
+        sp = ymax / PLEV
+        if MASKED:
+            rmax = gl.where(rmax == float("-inf"), 0.0, rmax)  # rows with no key in this tile: codes 0
+        t = gl.exp2(qk - rmax[:, None]) * PLEV
+        tm = t + 12582912.0
+        if PNQ:
+            l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1) * sp
+        else:
+            l_i = l_i * alpha + gl.sum(t, axis=1) * sp
+        p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)
+    elif MODE == 2:
         y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
         p = y
     else:
         p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
-    if PNQ:
+    if MODE == 3:
+        pass
+    elif PNQ:
         l_i = l_i * alpha + _row_sum_tree(p)
     elif MODE == 1:
         l_i = l_i * alpha + _row_sum_tree(y)
     else:
         l_i = l_i * alpha + gl.sum(y, axis=1)
-    p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
+    if MODE != 3:
+        p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
     if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
         # release's warpgroup barrier then falls where this tile's waits need one anyway (2 barriers per tile
@@ -311,17 +356,21 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         pv = warpgroup_mma_wait(0, deps=(pv_tok,))
     # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled after the wait: fewer
     # registers live while the MMAs run)
-    acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
+    if MODE == 3:
+        # the exact INT8 product (|Σ| <= 128·15·7) promoted with the row's P̃ scale
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv.to(gl.float32) * gl.convert_layout(sp, row_o)[:, None]
+    else:
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
     if not DEFER:
         mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
     return s_cur, acc, m_new, l_i, n_bad, ks_next
 
 
 @gluon.jit
-def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv, n_tiles,
-              c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
+              n_tiles, c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
               QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-              PINGPONG: gl.constexpr):
+              PINGPONG: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr):
     """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
     issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
     BN: gl.constexpr = k_s.shape[1]
@@ -337,7 +386,7 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
     mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row + WG * 64, 0], qbar.index(WG), qw)
     offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
-    if MODE == 2:
+    if MODE == 2 or MODE == 3:
         c_row = gl.load(QS + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
         zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     else:
@@ -351,7 +400,10 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
     # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
     n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
     acc = gl.zeros([64, D], gl.float32, o_layout)
-    zero_o = gl.zeros([64, D], gl.float32, o_layout)
+    if MODE == 3:
+        zero_o = gl.zeros([64, D], gl.int32, o_layout)  # INT4 codes: an exact INT8 P̂·V̂
+    else:
+        zero_o = gl.zeros([64, D], gl.float32, o_layout)
 
     offs_n0 = gl.arange(0, BN, col_s)
     # the consumers' turn barriers follow their Q barriers (PINGPONG, two consumers)
@@ -367,18 +419,18 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
     # a whole tile, whose rows all have keys)
     for j in range(n_tiles - 1):
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
-            offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, False, True,
-            MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG)
+            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
+            offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, False,
+            True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
     s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-        n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, KS,
-        offs_n0, n_kv, n_tiles, P_SHIFT, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, True, False,
-        MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG)
+        n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
+        offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, True, False,
+        MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
     offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
-    if MODE == 2:
+    if MODE == 2 or MODE == 3:
         vs = gl.load(VS + offs_d)
     else:
         vs = _pow2(gl.maximum(gl.load(VS + offs_d), -126))
@@ -390,17 +442,22 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS, KS, 
 
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
-@gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_n", "H", "n_q", "n_kv", "q_rows_bh", "k_rows_bh"])
-def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H,
-                n_q, n_kv, q_rows_bh, k_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
+@gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_n", "H", "n_q", "n_kv", "q_rows_bh", "k_rows_bh",
+                              "ds_rows_bh"])
+def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n,
+                H, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
                 RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-                PINGPONG: gl.constexpr, num_warps: gl.constexpr):
+                PINGPONG: gl.constexpr, PLEV: gl.constexpr = 15.0, SMQ: gl.constexpr = 0,
+                num_warps: gl.constexpr = 4):
     """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
     128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
-    (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly."""
+    (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
+    MODE 3 (INT4, opt-in, not yet run on the GPU): Q, K INT4 codes in int8 with fp32 per-token scales, Vᵀ INT4
+    codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
+    tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
     pid_m = gl.program_id(0)
     bh = gl.program_id(1)
     D: gl.constexpr = k_desc.block_type.shape[1]
@@ -423,55 +480,84 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, QS, KS, VS, O, BAD, sqs_bh, sks
     h = bh % H
     n_tiles = gl.cdiv(n_kv, BN)
     out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
-    if MODE == 2:
+    if MODE == 2 or MODE == 3:
         ks_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ks_desc.layout)
     else:
         ks_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
-    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, QS + bh.to(gl.int64) * sqs_bh,
+    if MODE == 3 and SMQ == 2:
+        ds_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ds_desc.layout)
+    else:
+        ds_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS + bh.to(gl.int64) * sqs_bh,
             KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG),
             pid_m * (64 * NWG), n_q, n_kv, n_tiles, c, so_n, P_SHIFT)
-    largs = (k_desc, v_desc, ks_desc, k_s, v_s, ks_s, kready, vready, empty, bh * k_rows_bh, bh * D, bh, n_tiles)
+    largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, bh * k_rows_bh, bh * D, bh,
+             bh * ds_rows_bh + pid_m, n_tiles)
     if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
                             (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
         # (the default partition keeps the launch's count: it spills, results/kernels-h200.md "Session 7")
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
-def descriptors(qq, kk, vv, ks=None):
-    """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3;
-    ks (B·H, N_pad) fp32 per-token key scales (MODE 2; otherwise K's descriptor stands in, unused)."""
+def descriptors(qq, kk, vv, ks=None, ds=None):
+    """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3 or
+    int8 (INT4 codes); ks (B·H, N_pad) fp32 per-token key scales (MODE 2 and 3; otherwise K's descriptor stands in,
+    unused); ds (B·H, q groups, N_pad) the INT4 mode's ΔS table (likewise)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     D = qq.shape[-1]
     q2, k2, v2 = qq.reshape(-1, D), kk.reshape(-1, D), vv.reshape(-1, vv.shape[-1])
     lay = gl.NVMMASharedLayout.get_default_for
     qk_dt = gl.float8e4nv if qq.dtype.is_floating_point else gl.int8
+    v_dt = gl.float8e4nv if vv.dtype.is_floating_point else gl.int8
     kd = TensorDescriptor.from_tensor(k2, [BLOCK_N, D], lay([BLOCK_N, D], qk_dt))
     ksd = kd if ks is None else TensorDescriptor.from_tensor(ks, [1, BLOCK_N], KS_LAYOUT)
+    dsd = kd if ds is None else TensorDescriptor.from_tensor(ds.reshape(-1, ds.shape[-1]), [1, BLOCK_N], KS_LAYOUT)
     return (TensorDescriptor.from_tensor(q2, [ROWS, D], lay([ROWS, D], qk_dt)), kd,
-            TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], gl.float8e4nv)), ksd)
+            TensorDescriptor.from_tensor(v2, [D, BLOCK_N], lay([D, BLOCK_N], v_dt)), ksd, dsd)
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
            early: bool = False, pingpong: bool = False):
-    """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, or MODE 2)
-    into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1 adds its inexact P̃ block count to `bad`."""
+    """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
+    MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
+    adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
+    out = that · H / sqrt(D) as one fp32 matmul (the Triton kernel does it in its epilogue)."""
+    import math
+
+    import torch
+
     if so[3] != 1:
         raise ValueError("the Gluon kernel writes outputs whose head_dim is contiguous")
-    if P["mode"] not in (MODE_MX, MODE_SAGE):
-        raise ValueError("the Gluon kernel runs the MXFP4 and sage2-int8 recipes only")
-    qd, kd, vd, ksd = descriptors(P["qq"], P["kk"], P["vv"], P["ks"] if P["mode"] == MODE_SAGE else None)
+    mode = P["mode"]
+    if mode not in (MODE_MX, MODE_SAGE, MODE_INT4):
+        raise ValueError("the Gluon kernel runs the MXFP4, sage2-int8 and INT4 recipes only")
+    if mode == MODE_INT4 and P["smq"] not in (0, 2):
+        raise ValueError("the Gluon kernel's INT4 mode takes the ΔS table (DS=table), not DS=fused")
+    smq = P["smq"] if mode == MODE_INT4 else 0
+    qd, kd, vd, ksd, dsd = descriptors(P["qq"], P["kk"], P["vv"], P["ks"] if mode in (MODE_SAGE, MODE_INT4) else None,
+                                       P["kf"] if smq == 2 else None)
     BH = P["qq"].shape[0]
+    D = P["qq"].shape[-1]
+    rot = mode == MODE_INT4 and P["rotv"]
+    dst, sdst = out, so
+    if rot:
+        B = BH // H
+        dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
+        sdst = dst.stride()
     attn_ws_fwd[(triton.cdiv(Nq, nwg * ROWS), BH)](
-        qd, kd, vd, ksd, P["qs"], P["ks"], P["vs"], out, bad, P["sqs"], P["sks"], P["svs"], *so[:3], H, Nq, Nk,
-        P["qq"].shape[1], P["kk"].shape[1], sm_scale_log2, float(P["p_shift"]), STAGES=stages, MODE=P["mode"],
-        RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"], NWG=nwg, DEFER=defer,
-        EARLY=early, PINGPONG=pingpong, num_warps=4)
+        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, P["sqs"], P["sks"], P["svs"], *sdst[:3], H, Nq,
+        Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
+        float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
+        NWG=nwg, DEFER=defer, EARLY=early, PINGPONG=pingpong, PLEV=float(P.get("plev", 15)), SMQ=smq, num_warps=4)
+    if rot:
+        view = torch.as_strided(out, dst.shape, so)
+        view.copy_(torch.matmul(dst.double(), P["hv"].double()) * (1.0 / math.sqrt(D)))  # fp64: no TF32 whatever the settings
     return out

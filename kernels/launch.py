@@ -206,9 +206,12 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         raise ValueError(f"kernel config NUM_STAGES must be in 1..8, got {cfg['NUM_STAGES']}")
     if cfg.get("maxnreg", 0) and not 64 <= cfg["maxnreg"] <= 255:
         raise ValueError(f"kernel config maxnreg must be 0 (the compiler's choice) or in 64..255, got {cfg['maxnreg']}")
-    if cfg.get("GLUON") and variant not in ("sage", "mx"):
-        raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8 and the "
-                         "MXFP4 recipes only")
+    if cfg.get("GLUON") and variant not in ("sage", "mx", "int4"):
+        raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8, the "
+                         "MXFP4 and the INT4 recipes only")
+    if cfg.get("GLUON") and variant == "int4" and cfg.get("DS", "table") != "table":
+        # INT4 under the Gluon kernel: opt-in (compiled offline, not yet run on the GPU), with the ΔS table
+        raise ValueError("kernel config GLUON with the INT4 recipes reads the ΔS table: DS must be \"table\"")
     if cfg.get("GLUON") and cfg["NUM_STAGES"] < 2:
         # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
         if (config or {}).get("GLUON"):
@@ -384,7 +387,8 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
         sv = (vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2))
         sqs, sks, svs = qs.stride(0), ks.stride(0), vs.stride(0)
 
-    use_gluon = gluon and variant in ("mx", "sage") and qq.element_size() == 1 and vv.element_size() == 1
+    use_gluon = (gluon and variant in ("mx", "sage", "int4") and qq.element_size() == 1 and vv.element_size() == 1
+                 and smq != 1)
     return dict(gluon=use_gluon, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
                 sks=sks, svs=svs,
                 mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,

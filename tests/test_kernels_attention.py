@@ -236,8 +236,11 @@ def test_gluon_config_is_refused_where_it_does_not_apply():
     the Triton kernel, and asking for both is refused rather than one of them silently ignored."""
     from lowbit_video.kernels.launch import merged_config
 
-    with pytest.raises(ValueError, match="GLUON .* sage2-int8 and the MXFP4 recipes only"):
-        merged_config("int4", 128, {"GLUON": True})
+    with pytest.raises(ValueError, match="GLUON .* sage2-int8, the MXFP4 and the INT4 recipes only"):
+        merged_config("nvfp4", 128, {"GLUON": True})
+    assert merged_config("int4", 128, {"GLUON": True})["GLUON"] is True  # opt-in
+    with pytest.raises(ValueError, match="GLUON with the INT4 recipes reads the ΔS table"):
+        merged_config("int4", 64, {"GLUON": True, "DS": "fused"})
     assert merged_config("mx", 128, None)["GLUON"] is True and merged_config("sage", 64, None)["GLUON"] is True
     assert not merged_config("int4", 128, None).get("GLUON") and not merged_config("dense", 128, None).get("GLUON")
     with pytest.raises(ValueError, match="GLUON needs NUM_STAGES >= 2"):
@@ -717,6 +720,29 @@ def test_int4_kernel_matches_reference(recipe, outliers, shape, layout):
     q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
     out = attention(*(to_layout(t, layout).cuda() for t in (q, k, v)), recipe, layout=layout)
     check_against_reference(recipe, q, k, v, from_layout(out, layout))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", INT4_RECIPES)
+@pytest.mark.parametrize("outliers", [False, True])
+@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
+                                          ((1, 2, 130, 1000, 128), "BHND")])
+def test_gluon_int4_matches_reference(recipe, outliers, shape, layout):
+    """config GLUON for the INT4 recipes (opt-in): the warp-specialized kernel's INT4 mode, held to the INT4 bound
+    against the reference engine, and within a few output ulps of the Triton kernel (same operands and
+    arithmetic; fp32 rounding order and the V rotation's matmul differ)."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    b, h, nq, nk, d = shape
+    q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
+    args = [to_layout(t, layout).cuda() for t in (q, k, v)]
+    st = KernelStats()
+    out = attention(*args, recipe, layout=layout, config={"GLUON": True}, stats=st)
+    assert st.kernel == "gluon"
+    check_against_reference(recipe, q, k, v, from_layout(out, layout))
+    tri = attention(*args, recipe, layout=layout)
+    assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3
 
 
 @pytest.mark.gpu
