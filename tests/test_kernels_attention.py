@@ -713,36 +713,22 @@ def _check_int4_prepass(res):
 @pytest.mark.parametrize("outliers", [False, True])
 @pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
                                           ((1, 2, 130, 1000, 128), "BHND")])
-def test_int4_kernel_matches_reference(recipe, outliers, shape, layout):
-    from lowbit_video.kernels.launch import attention
-
-    b, h, nq, nk, d = shape
-    q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
-    out = attention(*(to_layout(t, layout).cuda() for t in (q, k, v)), recipe, layout=layout)
-    check_against_reference(recipe, q, k, v, from_layout(out, layout))
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("recipe", INT4_RECIPES)
-@pytest.mark.parametrize("outliers", [False, True])
-@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
-                                          ((1, 2, 130, 1000, 128), "BHND")])
-def test_gluon_int4_matches_reference(recipe, outliers, shape, layout):
-    """config GLUON for the INT4 recipes (opt-in): the warp-specialized kernel's INT4 mode, held to the INT4 bound
-    against the reference engine, and within a few output ulps of the Triton kernel (same operands and
-    arithmetic; fp32 rounding order and the V rotation's matmul differ)."""
+@pytest.mark.parametrize("kernel", ["triton", "gluon"])
+def test_int4_kernel_matches_reference(recipe, outliers, shape, layout, kernel):
+    """The INT4 kernels against the reference engine. kernel "gluon": the warp-specialized kernel's INT4 mode
+    (opt-in, config GLUON), held to the same bound and within a few output ulps of the Triton kernel (same operands
+    and arithmetic; fp32 rounding order and the V rotation's matmul differ)."""
     from lowbit_video.kernels.launch import KernelStats, attention
 
     b, h, nq, nk, d = shape
     q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
     args = [to_layout(t, layout).cuda() for t in (q, k, v)]
     st = KernelStats()
-    out = attention(*args, recipe, layout=layout, config={"GLUON": True}, stats=st)
-    assert st.kernel == "gluon"
+    out = attention(*args, recipe, layout=layout, config={"GLUON": True} if kernel == "gluon" else None, stats=st)
+    assert st.kernel == kernel
     check_against_reference(recipe, q, k, v, from_layout(out, layout))
-    tri = attention(*args, recipe, layout=layout)
-    assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3
+    if kernel == "gluon":
+        assert rel_l2(out.float().cpu(), attention(*args, recipe, layout=layout).float().cpu()) < 4e-3
 
 
 @pytest.mark.gpu
