@@ -84,6 +84,19 @@ def e4m3_round(t):
 
 
 @triton.jit
+def int4_p_codes(qk, rmax, mb, PLEV: tl.constexpr, MASKED: tl.constexpr):
+    """INT4 P̃ of one tile (MODE 3; also the Gluon kernel's): codes RNE(P̃ / s) with s = the tile's row maximum
+    of P̃ / PLEV, i.e. RNE(PLEV·2^(qk − rowmax qk)), straight from the logits (m cancels), one exp2 per element,
+    the row maximum's code exactly PLEV. The RNE is the magic add t + 1.5·2^23, whose low bits are the integer
+    code (t <= PLEV, no clamp). Returns (t, t + 1.5·2^23, s); rows with no key in a MASKED tile get codes 0."""
+    sp = tl.exp2(rmax - mb) / PLEV
+    if MASKED:
+        rmax = tl.where(rmax == float("-inf"), 0.0, rmax)
+    t = tl.exp2(qk - rmax[:, None]) * PLEV
+    return t, t + 12582912.0, sp
+
+
+@triton.jit
 def _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
                  MODE: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  SMQ: tl.constexpr, kd=0, k_row0=0, TMA: tl.constexpr = False):
@@ -178,16 +191,7 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 3:
-        # codes = RNE(P̃ / s) with s = the tile's row maximum of P̃ / PLEV, i.e. RNE(PLEV·2^(qk − rowmax qk)):
-        # straight from the logits (m cancels), one exp2 per element, the row maximum's code exactly PLEV.
-        # The RNE is the magic add t + 1.5·2^23, whose low bits are the integer code (t <= PLEV, no clamp).
-        rmax = tl.max(qk, axis=1)
-        ymax = tl.exp2(rmax - mb)
-        sp = ymax / PLEV
-        if MASKED:
-            rmax = tl.where(rmax == float("-inf"), 0.0, rmax)  # rows with no key in this tile: codes 0
-        t = tl.exp2(qk - rmax[:, None]) * PLEV  # the row maximum's t is PLEV exactly
-        tm = t + 12582912.0
+        t, tm, sp = int4_p_codes(qk, tl.max(qk, axis=1), mb, PLEV, MASKED)
         p = tm.to(tl.int32, bitcast=True).to(tl.int8)  # the low byte of 1.5·2^23 + code is the code
         if PNQ:
             l_i = l_i * alpha + tl.sum(tm - 12582912.0, axis=1) * sp

@@ -39,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from triton.language.core import _aggregate as aggregate
 
-from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, mx_exponent
+from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, int4_p_codes, mx_exponent
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
@@ -305,33 +305,24 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         m_use = m_new
     alpha = gl.exp2(m_i - m_use)
     if MODE == 3:
-        # INT4 P̃ codes RNE(PLEV·2^(qk − tile row max)) ∈ [0, PLEV], s = the tile's row maximum of P̃ / PLEV, as
-        # `_core._tile_update`: the magic add t + 1.5·2^23, whose low byte is the code
-        ymax = gl.exp2(rmax - (m_use - P_SHIFT))
-        sp = ymax / PLEV
-        if MASKED:
-            rmax = gl.where(rmax == float("-inf"), 0.0, rmax)  # rows with no key in this tile: codes 0
-        t = gl.exp2(qk - rmax[:, None]) * PLEV
-        tm = t + 12582912.0
+        t, tm, sp = int4_p_codes(qk, rmax, m_use - P_SHIFT, PLEV, MASKED)  # as the Triton kernel's
         if PNQ:
             l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1) * sp
         else:
             l_i = l_i * alpha + gl.sum(t, axis=1) * sp
-        p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)
-    elif MODE == 2:
-        y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
-        p = y
+        p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)  # the low byte is the code
     else:
-        p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
-    if MODE == 3:
-        pass
-    elif PNQ:
-        l_i = l_i * alpha + _row_sum_tree(p)
-    elif MODE == 1:
-        l_i = l_i * alpha + _row_sum_tree(y)
-    else:
-        l_i = l_i * alpha + gl.sum(y, axis=1)
-    if MODE != 3:
+        if MODE == 2:
+            y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
+            p = y
+        else:
+            p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
+        if PNQ:
+            l_i = l_i * alpha + _row_sum_tree(p)
+        elif MODE == 1:
+            l_i = l_i * alpha + _row_sum_tree(y)
+        else:
+            l_i = l_i * alpha + gl.sum(y, axis=1)
         p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
     if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the

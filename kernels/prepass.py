@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ._rounding import nvfp4_rows_exact
 
-from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
+from ._core import RULE_IDS, _pow2, e2m1_round, e4m3_round, mx_exponent
 
 TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the recipes' tile_k)
 
@@ -305,11 +305,7 @@ def _e4m3_by_midpoints(x64, xf, s):
     (value(k) + value(k ± 1)) / 2 · s, exact in fp64 (5 significant bits times 24); ties to the even code. As with
     `_rne_int_by_midpoints`, equal to rounding the reference's fp64 quotient (formats/fp8.py)."""
     a = tl.abs(x64)
-    f = tl.minimum(tl.abs(xf) * (1.0 / s), 448.0)
-    # the candidate on the grid: one add-and-subtract of C = 2^(max(E, -6) + 20), whose ulp is the E4M3 step at f
-    cc = (tl.maximum(f.to(tl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)).to(tl.float32,
-                                                                                                   bitcast=True)
-    e = tl.minimum((f + cc) - cc, 448.0)
+    e = e4m3_round(tl.minimum(tl.abs(xf) * (1.0 / s), 448.0))  # the candidate, on the grid
     k = _e4m3_code(e)
     sd = s.to(tl.float64)
     hi = ((e + _e4m3_value(k + 1)) * 0.5).to(tl.float64) * sd  # exact
@@ -323,9 +319,7 @@ def _e4m3_by_midpoints(x64, xf, s):
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
                   OPERAND_ORDER: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_by_midpoints`), written transposed
-    as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER. (Read as
-    (tokens, channels) tiles and transposed with tl.trans before the store, the codes passed the interpreter but
-    came out wrong on the H200 at head_dim 128: results/kernels-h200.md, "Session 9".)"""
+    as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
