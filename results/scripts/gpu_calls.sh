@@ -4,7 +4,8 @@
 #   pre-pass       SAGE_PIECES=1: results/scripts/sage_prepass_pieces.py (the sage2 pre-pass piece by piece)
 #   bench kernels  SHAPES, RECIPES (those in TRITON_RECIPES, default all, also as "recipe[GLUON=False]", the
 #                  Triton kernel, if TRITON_ROWS=1; and as "recipe[K=V,...]" with the kernel config VARIANT_CONFIG,
-#                  e.g. "DEFER=true", if set); RECIPES="" skips it
+#                  e.g. "DEFER=true", if set; VARIANTS="r1,r2:K=V K=V;r3:K=V" adds several such rows, each
+#                  group for its own recipes); RECIPES="" skips it
 #   e2e            E2E_RES, E2E_RECIPES (8 blocks; the default kernels, and the Triton kernel if TRITON_ROWS=1)
 # Each call's settings and commit are in results/kernels-h200.md, sections "Session 8" and "Session 9".
 set -o pipefail
@@ -35,6 +36,10 @@ recipes = '$RECIPES'.split()
 from lowbit_video.bench.kernels import config_variants
 v = {r + '[GLUON=False]': dict(recipe=r, config={'GLUON': False}) for r in '$TRITON_RECIPES'.split()} if '$TRITON_ROWS' == '1' else {}
 v.update(config_variants('$TRITON_RECIPES'.split(), '${VARIANT_CONFIG:-}'.split()))
+for group in '${VARIANTS:-}'.split(';'):  # 'recipe,recipe:K=V K=V;...': several config rows in one run
+    if group.strip():
+        rs, items = group.split(':')
+        v.update(config_variants(rs.split(','), items.split()))
 info = bench_kernels('$SHAPES'.split(), recipes, variants=v, log=lambda m: print(m, file=sys.stderr))
 json.dump(info, open('$OUT/bench.json', 'w'), indent=1)
 " 2>&1 | grep "x[0-9.]* cuDNN\|sdpa-cudnn\|Error" | tail -60
