@@ -151,11 +151,12 @@ def _config(variant: str, head_dim: int) -> dict:
     # promote=True, 8-bit operands), measured faster than the Triton kernel for both (results/kernels-h200.md,
     # "Session 8"); the other keys tune the Triton kernel, which runs everything else.
     # DEFER: the Gluon kernel's deferred stage release ("Session 9": kernel 2–3 % faster for mxattention, up to
-    # 2 % for sage2-int8)
+    # 2 % for sage2-int8). EARLY_QK: its next tile's QKᵀ issued before this tile's softmax ("Session 10": kernel
+    # 4 % faster for mxattention, 1 % for sage2-int8, at both Wan shapes)
     if variant == "mx":
-        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True)
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=True)
     if variant == "sage":
-        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True)
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True)
     if variant == "int4":
         # DS: how the Q-smoothing term ΔS = q_mean · K_smoothedᵀ is formed: "table" (pre-pass, fp32
         # GEMM into a (q group, key) table the kernel reads 4 bytes per key from) or "fused" (3xTF32 MMA
@@ -223,13 +224,16 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
             raise ValueError("kernel config DEFER (the Gluon kernel's deferred stage release) needs GLUON and "
                              "NUM_STAGES >= 3")
         cfg["DEFER"] = False
-    if cfg.get("EARLY_QK") and not cfg.get("GLUON"):
+    asked = config or {}
+    if cfg.get("EARLY_QK") and (not cfg.get("GLUON") or (asked.get("PINGPONG") and "EARLY_QK" not in asked)):
         # the Gluon kernel issues the next tile's QKᵀ before this tile's softmax (FlashAttention-3's overlap within
-        # a warpgroup); compiled offline (no spills, the MMAs interleaved with the softmax), not yet timed: off
-        raise ValueError("kernel config EARLY_QK (the Gluon kernel's early QKᵀ issue) needs GLUON")
+        # a warpgroup): on by default, it gives way to the Triton kernel and to an explicit PINGPONG
+        if asked.get("EARLY_QK"):
+            raise ValueError("kernel config EARLY_QK (the Gluon kernel's early QKᵀ issue) needs GLUON")
+        cfg["EARLY_QK"] = False
     if cfg.get("PINGPONG") and (not cfg.get("GLUON") or cfg.get("EARLY_QK")):
-        # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong); compiled offline (two
-        # more warpgroup barriers per tile), not yet timed: off
+        # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong): two more warpgroup
+        # barriers per tile; "Session 10": slower than EARLY_QK, so off
         raise ValueError("kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)

@@ -125,19 +125,23 @@ def test_defer_is_a_gluon_knob_with_three_stages():
         merged_config("int4", 128, {"DEFER": True})
 
 
-def test_early_qk_and_pingpong_are_opt_in_gluon_knobs():
-    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) and PINGPONG (its two
-    consumers take turns to issue their MMAs) are off by default and refused with the Triton kernel."""
+def test_early_qk_is_a_gluon_default_and_pingpong_opt_in():
+    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) is on by default for the
+    Gluon recipes and gives way to the Triton kernel and to PINGPONG (its two consumers take turns to issue their
+    MMAs; off by default); asked for where it cannot act, either is refused."""
     from lowbit_video.kernels.launch import merged_config
 
-    assert not merged_config("sage", 128, None).get("EARLY_QK")
-    assert merged_config("mx", 128, {"EARLY_QK": True})["EARLY_QK"] is True
+    assert merged_config("sage", 128, None)["EARLY_QK"] is True and merged_config("mx", 128, None)["EARLY_QK"] is True
+    assert not merged_config("int4", 128, None).get("EARLY_QK")
+    assert merged_config("sage", 128, {"GLUON": False})["EARLY_QK"] is False
+    assert merged_config("mx", 128, {"BLOCK_M": 64})["EARLY_QK"] is False  # a Triton knob: the Triton kernel
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
         merged_config("sage", 128, {"EARLY_QK": True, "GLUON": False})
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
         merged_config("int4", 128, {"EARLY_QK": True})
     assert not merged_config("mx", 128, None).get("PINGPONG")
-    assert merged_config("sage", 128, {"PINGPONG": True})["PINGPONG"] is True
+    cfg = merged_config("sage", 128, {"PINGPONG": True})
+    assert cfg["PINGPONG"] is True and cfg["EARLY_QK"] is False
     with pytest.raises(ValueError, match="PINGPONG .* needs GLUON, without EARLY_QK"):
         merged_config("sage", 128, {"PINGPONG": True, "EARLY_QK": True})
     with pytest.raises(ValueError, match="PINGPONG .* needs GLUON"):
