@@ -10,7 +10,8 @@ caller then re-runs the pre-pass writing bf16 (exact for every block) — never 
 sage2-int8: K smoothing (per-channel mean over tokens), INT8 per token for Q and K, FP8 E4M3 per
 channel for V (scale amax/448), in Triton; the codes are the engine's bit for bit (fp64 mean, fp32 scales
 rounded once from fp64, and each code the RNE of the exact quotient, found without a division per element
-by comparing with the rounding midpoints in fp64).
+by the sign of (rounding midpoint · scale − x): one fp32 FMA each where x is an fp32 value (Q, V), fp64
+compares where it is not (smoothed K) and the fp32 quotient lies near a midpoint).
 """
 
 from __future__ import annotations
@@ -252,15 +253,70 @@ def _rne_int_by_midpoints(x64, xf, s, QMAX: tl.constexpr):
     return tl.minimum(tl.maximum(c, -QMAX), QMAX)
 
 
+# Scales below this are brought into range first (x and s times 2^100, exact): above it 1/s is finite and the
+# products (c ± ½)·s and the E4M3 midpoints times s are multiples of 2^-149 or coarser, so an FMA's single
+# rounding keeps the sign and the zero of (midpoint − x)
+SMALLEST_FP32_PATH_SCALE = tl.constexpr(2.0 ** -100)
+
+
+# The CPU interpreter's tl.fma rounds twice (numpy's a * b + c in fp32); the exact-sign comparisons below then
+# use fp64 there instead (the product exact in fp64, one rounding of the sum: the same sign and zero)
+_EMULATE_FMA = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _fma(a, b, c, EMULATE: tl.constexpr):
+    if EMULATE:
+        return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
+    else:
+        return tl.fma(a, b, c)
+
+
+@triton.jit
+def _rne_int_exact32(xf, s, EMULATE_FMA: tl.constexpr):
+    """RNE(x / s) as int32 for x exact in fp32 (16-bit or fp32 inputs), |x| <= 127.5·s, and an fp32 scale s per row
+    (>= SMALLEST_FP32_PATH_SCALE), without fp64: the candidate c from the fp32 quotient (within one of the answer,
+    and within ±127 since the exact quotient's RNE is), then the signs of (c ± ½)·s − x, each one FMA (exact
+    product, one rounding: the sign and the zero are the exact difference's, a nonzero multiple of 2^-149 never
+    rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0 ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the
+    round-half-even corrections are one integer compare each. The codes of `_rne_int_by_midpoints` without
+    its fp64 products and compares (fp64 runs at half rate)."""
+    t = xf * (1.0 / s)[:, None]
+    y = t + 12582912.0  # RNE to an integer (|t| < 2^22): the low bits of the sum
+    c = y.to(tl.int32, bitcast=True) - 0x4B400000
+    cf = y - 12582912.0
+    sb = s[:, None]
+    above = _fma(cf + 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd c): round up
+    below = _fma(cf - 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd c): round down
+    odd = c & 1
+    return c + (above < odd).to(tl.int32) - (below > -odd).to(tl.int32)
+
+
+@triton.jit
+def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
+    """(c, near): c = RNE of the fp32 quotient xf · (1/s) clamped to ±QMAX (xf: x rounded to fp32; 1/s correctly
+    rounded per row), and whether any element of the tile has that quotient within 2^-15 of a midpoint c ± ½, where
+    it could round the other way than the exact x / s: xf, 1/s and the product each err by at most 2^-24 relative,
+    3·127·2^-24 < 2^-15.4 at |x / s| <= 127. Where near is false, c is the exact quotient's RNE. About one program
+    in eight of 16×128 elements is near on random data."""
+    t = xf * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None]
+    y = t + 12582912.0
+    c = tl.minimum(tl.maximum(y.to(tl.int32, bitcast=True) - 0x4B400000, -QMAX), QMAX)
+    near = tl.max(tl.max((tl.abs(t - (y - 12582912.0)) > 0.5 - 2.0 ** -15).to(tl.int32), axis=1), axis=0) > 0
+    return c, near
+
+
 @triton.jit
 def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
-                      D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr):
+                      D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr = False):
     """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64.
 
     As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction and amax/127 in fp64, the
     scale rounded once to fp32 (fp64 div.rn, once per row, then RN to fp32: Triton's fp32 `/` is div.full, not
-    correctly rounded), the codes RNE of the quotient x / fp32-scale (`_rne_int_by_midpoints`: a per-element
-    fp64 division made these passes compute-bound at ~140 instructions per element)."""
+    correctly rounded), the codes RNE of the quotient x / fp32-scale, without a division per element (one made
+    these passes compute-bound at ~140 instructions per element): for Q by `_rne_int_exact32` (fp32, exact signs
+    from FMAs); for K, whose smoothed x is an fp64 value, from the fp32 quotient, and in the one program in eight
+    where some quotient lies within 2^-15 of a midpoint by `_rne_int_by_midpoints` (fp64 compares)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
@@ -271,10 +327,26 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
     else:
         xf = x.to(tl.float32)  # exact (16-bit or fp32 input): so is its maximum
         amax = tl.max(tl.abs(xf), axis=1).to(tl.float64)
-        x64 = xf.to(tl.float64)
     s = (amax / 127.0).to(tl.float32)
     s = tl.where(s > 0, s, 1.0)
-    c = _rne_int_by_midpoints(x64, xf, s, 127)
+    sq = s  # the scale the codes are formed with
+    if tl.min(s, axis=0) < SMALLEST_FP32_PATH_SCALE:
+        # rows with a scale below the fp32 path's range (down to subnormal s, whose reciprocal overflows): x and s
+        # times 2^100, exactly, which leaves every quotient as it was
+        f = tl.where(s < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
+        sq = s * f
+        if SUB_MEAN:
+            x64 = x64 * f.to(tl.float64)[:, None]
+            xf = x64.to(tl.float32)
+        else:
+            xf = xf * f[:, None]
+    if SUB_MEAN:
+        # x − mean is an fp64 value: the exact fp64 comparisons, but only where the fp32 quotient could be wrong
+        c, near = _rne_int_fp32_or_near(xf, sq, 127)
+        if near:
+            c = _rne_int_by_midpoints(x64, xf, sq, 127)
+    else:
+        c = _rne_int_exact32(xf, sq, EMULATE_FMA)
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
     tl.store(SC + pid_bh * n_pad + rows, s)
 
@@ -298,27 +370,31 @@ def _e4m3_code(e):
 
 
 @triton.jit
-def _e4m3_by_midpoints(x64, xf, s):
-    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x in fp64 (x64; xf: x rounded to fp32)
-    and an fp32 scale s > 0 per channel (broadcast to x): a candidate code k from the fp32 quotient (within one
-    step of the answer), then |x| compared exactly with the midpoints to the neighbouring codes' values,
-    (value(k) + value(k ± 1)) / 2 · s, exact in fp64 (5 significant bits times 24); ties to the even code. As with
-    `_rne_int_by_midpoints`, equal to rounding the reference's fp64 quotient (formats/fp8.py)."""
-    a = tl.abs(x64)
-    e = e4m3_round(tl.minimum(tl.abs(xf) * (1.0 / s), 448.0))  # the candidate, on the grid
+def _e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
+    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
+    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64: the candidate e from the
+    fp32 quotient (within one step), then the signs of m·s − |x| for the midpoints m to the neighbouring grid
+    values, one FMA each (m has at most 5 significant bits: exact product, one rounding, so the sign and the zero
+    are the exact difference's), read as int32 bits as in `_rne_int_exact32`; ties to the even code. The midpoints
+    come from e's bits: half a step 2^(E − 4) above, and below too unless e is a power of two above 2^-6 (then
+    the step below is half as wide); steps of 2^-9 on the subnormals."""
+    a = tl.abs(xf)
+    e = e4m3_round(tl.minimum(a * (1.0 / s), 448.0))  # the candidate, on the grid
     k = _e4m3_code(e)
-    sd = s.to(tl.float64)
-    hi = ((e + _e4m3_value(k + 1)) * 0.5).to(tl.float64) * sd  # exact
-    lo = ((e + _e4m3_value(tl.maximum(k - 1, 0))) * 0.5).to(tl.float64) * sd  # (k = 0: lo = 0, never above |x|)
-    odd = (k & 1) != 0
-    k += ((a > hi) | ((a == hi) & odd)).to(tl.int32) - (((a < lo) | ((a == lo) & odd)) & (k > 0)).to(tl.int32)
+    bits = e.to(tl.int32, bitcast=True)
+    half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
+    low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
+    above = _fma(e + half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd k): one code up
+    below = _fma(e - low_half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd k): one code down
+    odd = k & 1
+    k += (above < odd).to(tl.int32) - ((below > -odd) & (k > 0)).to(tl.int32)
     return tl.where(xf < 0, k | 0x80, k)
 
 
 @triton.jit
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
-                  OPERAND_ORDER: tl.constexpr):
-    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_by_midpoints`), written transposed
+                  OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr = False):
+    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_exact32`), written transposed
     as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -331,7 +407,13 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
                 mask=(keys < N)[None, :], other=0.0).to(tl.float32)  # exact for 16-bit and fp32 V
-    code = _e4m3_by_midpoints(x.to(tl.float64), x, tl.load(SV + pid_bh * D + cols)[:, None])
+    sv = tl.load(SV + pid_bh * D + cols)
+    if tl.min(sv, axis=0) < SMALLEST_FP32_PATH_SCALE:
+        # channels with a scale below the fp32 path's range: x and s times 2^100, exactly (as in the INT8 pass)
+        f = tl.where(sv < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
+        sv = sv * f
+        x = x * f[:, None]
+    code = _e4m3_exact32(x, sv[:, None], EMULATE_FMA)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
 
@@ -412,12 +494,12 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
     rows, warps = SAGE_ROWS
     _int8_rows_kernel[(pad_q // rows, B * H)](q, kmean, qc, qs, *_bhnd_strides(q, layout), H, Nq, pad_q,
-                                              D=D, ROWS=rows, SUB_MEAN=False, num_warps=warps)
+                                              D=D, ROWS=rows, SUB_MEAN=False, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
     _int8_rows_kernel[(pad_k // rows, B * H)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k,
-                                              D=D, ROWS=rows, SUB_MEAN=True, num_warps=warps)
+                                              D=D, ROWS=rows, SUB_MEAN=True, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
     tb, warps = SAGE_V_TOKENS
     _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
-                                        OPERAND_ORDER=operand_order, num_warps=warps)
+                                        OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
 

@@ -362,8 +362,9 @@ def _int8_ties(b, h, n, d):
 
 def _e4m3_ties(b, h, n, d, g):
     """fp32 V whose E4M3 quotients are exact midpoints between grid points for about half the elements: every
-    channel's |max| is 448 · 255/16 (scale 255/16, an fp32 reciprocal far from exact), the other entries are
-    ± grid points or ± midpoints (2^-10 .. 432) times the scale."""
+    channel's |max| is 448 · its scale, 255/16 or 237/16 (fp32 reciprocals about as far from exact as a rounding
+    can be, above and below: a quotient formed with them lands on either side of a tie), the other entries are
+    ± grid points or ± midpoints (2^-10 .. 432) times the scale, a third of those midpoints one fp32 step off."""
     grid = [k * 2.0 ** -9 for k in range(8)] + [m * 2.0 ** (e - 3) for e in range(-6, 9) for m in range(8, 16)]
     grid = torch.tensor([x for x in grid if x <= 448], dtype=torch.float64)
     mids = (grid[1:] + grid[:-1]) / 2
@@ -371,9 +372,27 @@ def _e4m3_ties(b, h, n, d, g):
     vals = torch.where(pick_mid, mids[torch.randint(len(mids), (b, h, n, d), generator=g)],
                        grid[torch.randint(len(grid), (b, h, n, d), generator=g)])
     sign = torch.where(torch.rand(b, h, n, d, generator=g) < 0.5, -1.0, 1.0)
-    v = sign * vals * (255 / 16)
-    v[:, :, 0, :] = 448 * 255 / 16
-    return v.float()
+    scale = torch.where(torch.arange(d) % 2 == 0, 255 / 16, 237 / 16).double()
+    v = (sign * vals * scale).float()
+    # a third of the midpoints one fp32 step off, either way: the rounding is decided by that step, and the
+    # quotient formed in fp32 can miss it (the midpoints below a power of two are half as far from it)
+    nudge = pick_mid & (torch.rand(b, h, n, d, generator=g) < 0.33)
+    away = torch.where(torch.rand(b, h, n, d, generator=g) < 0.5, 2.0, 0.0) * v
+    v = torch.where(nudge, torch.nextafter(v, away), v)
+    v[:, :, 0, :] = (448 * scale).float()
+    return v
+
+
+def _tiny_scales(b, h, nq, nk, d):
+    """fp32 Q, K, V with some scales below prepass.SMALLEST_FP32_PATH_SCALE (the pre-pass's fp64 path) and
+    some subnormal entries, in programs that also hold ordinary rows: Q tokens 0-2 and 20 times 2^-120 (token 20
+    also with a subnormal entry), K's head 1 times 2^-118 (its mean too), V's channels 0-3 times 2^-120."""
+    q, k, v = make_qkv(b, h, nq, nk, d, outliers=False, seed=5, dtype=torch.float32)
+    q[:, :, [0, 1, 2, 20]] *= 2.0 ** -135
+    q[:, :, 20, 3] = 2.0 ** -140
+    k[:, 1] *= 2.0 ** -133
+    v[..., :4] *= 2.0 ** -135
+    return q, k, v
 
 
 def _sage_prepass_vs_formats(q, k, v):
@@ -412,6 +431,9 @@ def test_sage_prepass_is_bit_exact_against_formats(dtype, head_dim):
     assert not any(bad.values()), bad
     # INT8 quotients on exact .5 ties for half the elements (round half to even), with a scale of 255/16
     bad = _sage_prepass_vs_formats(*(t.cuda() for t in _int8_ties(2, 3, 300, head_dim)))
+    assert not any(bad.values()), bad
+    # scales small enough for the fp64 path, beside ordinary rows in the same programs
+    bad = _sage_prepass_vs_formats(*(t.cuda() for t in _tiny_scales(2, 3, 300, 200, head_dim)))
     assert not any(bad.values()), bad
 
 
@@ -623,7 +645,7 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     sys.path.insert(0, {tests!r})
-    from test_kernels_attention import _int8_ties, _sage_prepass_vs_formats, make_qkv
+    from test_kernels_attention import _int8_ties, _sage_prepass_vs_formats, _tiny_scales, make_qkv
     from lowbit_video.kernels import prepass
     res = {{}}
     for dt in (torch.bfloat16, torch.float32):
@@ -635,6 +657,7 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
         keys = prepass.operand_key_order(vt.shape[-1])
         res[str(dt)]["operand_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
     res["ties"] = _sage_prepass_vs_formats(*_int8_ties(1, 2, 130, 64))
+    res["tiny"] = _sage_prepass_vs_formats(*_tiny_scales(1, 2, 130, 200, 64))
     print(json.dumps(res))
     """
 )

@@ -26,11 +26,11 @@ def compile_pass(kind: str, rows: int, warps: int, over: dict):
     if kind == "int8":
         fn = prepass._int8_rows_kernel
         ptr = {"X": "*bf16", "MEAN": "*fp64", "OUT": "*i8", "SC": "*fp32"}
-        const = dict(D=128, ROWS=rows, SUB_MEAN=False, sx_d=1)
+        const = dict(D=128, ROWS=rows, SUB_MEAN=False, EMULATE_FMA=False, sx_d=1)
     else:
         fn = prepass._v_fp8_kernel
         ptr = {"X": "*bf16", "SV": "*fp32", "OUT": "*u8"}
-        const = dict(D=128, TB=rows, OPERAND_ORDER=True, sx_d=1)
+        const = dict(D=128, TB=rows, OPERAND_ORDER=True, EMULATE_FMA=False, sx_d=1)
     const.update({k: (v == "True" if v in ("True", "False") else int(v)) for k, v in over.items()})
     names = fn.arg_names
     sig = {n: ptr.get(n, "constexpr" if n in const else "i32") for n in names}
