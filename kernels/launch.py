@@ -171,7 +171,7 @@ def _config(variant: str, head_dim: int) -> dict:
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
                "TMA": bool, "maxnreg": int, "GLUON": bool, "DEFER": bool,
-               "EARLY_QK": bool, "PINGPONG": bool, "OVERLAP": int}
+               "EARLY_QK": bool, "PINGPONG": bool}
 # keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
@@ -235,11 +235,6 @@ def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
         # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong): two more warpgroup
         # barriers per tile; "Session 10": slower than EARLY_QK, so off
         raise ValueError("kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
-    if cfg.get("OVERLAP", 0) and (cfg["OVERLAP"] < 2 or variant != "sage" or not cfg.get("GLUON")):
-        # the pre-pass of head chunk i+1 on a second stream while the kernel runs chunk i: for the sage2 pre-pass
-        # (no host synchronisation inside) and the Gluon kernel
-        raise ValueError("kernel config OVERLAP (head chunks whose pre-pass overlaps the kernel) must be 0 or >= 2, "
-                         "for sage2-int8 with the Gluon kernel")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -294,54 +289,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     if variant == "int4" and cfg.get("DS") == "fused" and spec.smooth_q and D > 64:
         # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
         raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
-    gluon = _gluon(cfg, key_padding_mask is not None, promote, q.device)
-    if cfg.get("OVERLAP", 0) and gluon and min(H, cfg["OVERLAP"]) > 1:
-        return _overlapped(q, k, v, spec, variant, layout, exact_p, st, B, H, Nq, Nk, D, sm_scale, kpm, skpm,
-                           promote, cfg, min(H, cfg["OVERLAP"]))
     prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
-                    gluon=gluon)
+                    gluon=_gluon(cfg, key_padding_mask is not None, promote, q.device))
     return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                    promote, cfg, st)
-
-
-def _heads(t: torch.Tensor, layout: str, h0: int, h1: int) -> torch.Tensor:
-    """Heads h0..h1 of t as a view (the kernels take any strides)."""
-    return t[:, :, h0:h1] if layout == "BNHD" else t[:, h0:h1]
-
-
-def _overlapped(q, k, v, spec, variant, layout, exact_p, st, B, H, Nq, Nk, D, sm_scale, kpm, skpm, promote, cfg,
-                chunks):
-    """config OVERLAP: the heads in `chunks` chunks; chunk i's pre-pass runs on a high-priority side stream while
-    the kernel runs chunk i−1 (the memory-bound pre-pass fits beside the compute-bound kernel on an SM: 48384 of
-    its 65536 registers, 117 of 228 KB shared), the kernels alternating between the caller's stream and a
-    second one so that one chunk's tail overlaps the next chunk's start. The same operands and output bits as
-    one call (every scale is per head)."""
-    out = torch.empty_like(q)
-    if out.stride(-1) != 1:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    main = torch.cuda.current_stream(q.device)
-    pre = torch.cuda.Stream(device=q.device, priority=-1)  # from torch's stream pool: nothing to clean up
-    other = torch.cuda.Stream(device=q.device)
-    pre.wait_stream(main)
-    other.wait_stream(main)
-    bounds = [round(i * H / chunks) for i in range(chunks + 1)]
-    for i in range(chunks):
-        h0, h1 = bounds[i], bounds[i + 1]
-        with torch.cuda.stream(pre):
-            prep = _prepare(_heads(q, layout, h0, h1), _heads(k, layout, h0, h1), _heads(v, layout, h0, h1), spec,
-                            variant, layout, exact_p, st, B, h1 - h0, D, None, cfg.get("DS", "table"), gluon=True)
-            ready = torch.cuda.Event()
-            ready.record(pre)
-        run = main if i % 2 == 0 else other
-        run.wait_event(ready)
-        for t in prep.values():
-            if isinstance(t, torch.Tensor):
-                t.record_stream(run)  # made on the side stream, read on this one
-        with torch.cuda.stream(run):
-            _launch(prep, q, layout, B, h1 - h0, Nq, Nk, D, sm_scale, kpm, skpm, False, promote, cfg, st,
-                    out=_heads(out, layout, h0, h1))
-    main.wait_stream(other)
-    return out
 
 
 def _gluon(cfg: dict, has_kpm: bool, promote: bool, device: torch.device) -> bool:
@@ -448,12 +399,11 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
                 kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
 
 
-def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st, out=None):
+def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st):
     global last_stats
-    if out is None:
-        out = torch.empty_like(q)
-        if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q)
+    if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     so = prepass._bhnd_strides(out, layout)
     bad = torch.zeros((1,), device=q.device, dtype=torch.int32)
     P = prep

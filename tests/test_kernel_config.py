@@ -148,19 +148,6 @@ def test_early_qk_is_a_gluon_default_and_pingpong_opt_in():
         merged_config("mx", 128, {"PINGPONG": True, "GLUON": False})
 
 
-def test_overlap_is_a_sage_gluon_knob():
-    """OVERLAP (head chunks whose sage2 pre-pass overlaps the Gluon kernel) is off by default; 1 chunk, other
-    recipes and the Triton kernel are refused."""
-    from lowbit_video.kernels.launch import merged_config
-
-    assert not merged_config("sage", 128, None).get("OVERLAP")
-    assert merged_config("sage", 128, {"OVERLAP": 4})["OVERLAP"] == 4
-    for variant, config in (("sage", {"OVERLAP": 1}), ("mx", {"OVERLAP": 2}), ("int4", {"OVERLAP": 2}),
-                            ("sage", {"OVERLAP": 2, "GLUON": False})):
-        with pytest.raises(ValueError, match="OVERLAP"):
-            merged_config(variant, 128, config)
-
-
 def test_bench_draft_config_parses_draft_keys():
     from lowbit_video.bench.kernels import parse_config
     from lowbit_video.kernels.draft import DRAFT_CONFIG_KEYS

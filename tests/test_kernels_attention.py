@@ -187,26 +187,6 @@ def test_gluon_deferred_stage_release_changes_no_bit(recipe, stages):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("layout", ["BHND", "BNHD"])
-def test_overlapped_prepass_changes_no_bit(layout):
-    """config OVERLAP runs the pre-pass of head chunk i+1 on a side stream while the kernel runs chunk i, the
-    kernels on two streams: the output is the default call's bits, for chunk counts that do not divide the heads
-    (5 heads in 2 and 3 chunks) and for more chunks than heads; ragged key and query tails."""
-    from lowbit_video.kernels.launch import KernelStats, attention
-
-    q, k, v = (t.cuda() for t in make_qkv(2, 5, 300, 1000, 128, outliers=True, seed=11))
-    if layout == "BNHD":
-        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    ref = attention(q, k, v, "sage2-int8", layout=layout)
-    for chunks in (2, 3, 8):
-        st = KernelStats()
-        out = attention(q, k, v, "sage2-int8", layout=layout, config={"OVERLAP": chunks}, stats=st)
-        assert st.kernel == "gluon"
-        assert torch.equal(out, ref), chunks
-
-
-@pytest.mark.gpu
-@needs_cuda
 def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
     """Peaky rows put many P̃ blocks below what E4M3 holds; the Gluon kernel counts them as the Triton kernel
     does (equal up to the odd block whose fp32 exponent lands on the other side of a rule boundary)."""
