@@ -189,10 +189,16 @@ def with_overrides(defaults: dict, config: dict | None, types: dict, what: str) 
     return cfg
 
 
-def merged_config(variant: str, head_dim: int, config: dict | None) -> dict:
+def merged_config(variant: str, head_dim: int, config: dict | None, placement: str = "pnq") -> dict:
     """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types,
-    BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored."""
-    cfg = with_overrides(_config(variant, head_dim), config, CONFIG_KEYS, "kernel config")
+    BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored.
+    placement: the recipe's P̃ placement (MXFP4 recipes), which one default depends on."""
+    defaults = _config(variant, head_dim)
+    if variant == "mx" and placement != "pnq":
+        # EARLY_QK made the direct-placement MXFP4 kernels (mxfp4-ocp, mxattention-no-pnq-uos) 9 % slower at both
+        # Wan shapes ("Session 10", device call 6), the PNQ ones 0-4 % faster
+        defaults["EARLY_QK"] = False
+    cfg = with_overrides(defaults, config, CONFIG_KEYS, "kernel config")
     triton_keys = [key for key in (config or {}) if key in TRITON_ONLY_KEYS]
     if triton_keys and cfg.get("GLUON"):
         if (config or {}).get("GLUON"):
@@ -269,7 +275,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     st = stats if stats is not None else KernelStats()
     st.variant = variant
-    cfg = merged_config(variant, D, config)
+    cfg = merged_config(variant, D, config, spec.placement)
     dev = q.device
 
     if key_padding_mask is not None:
@@ -480,7 +486,7 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
     B, H, Nq, D = prepass._dims(q, layout)
     Nk = prepass._dims(k, layout)[2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cfg = merged_config(variant, D, config)
+    cfg = merged_config(variant, D, config, spec.placement)
     st = KernelStats(variant=variant)
     kpm = torch.zeros((1,), device=q.device, dtype=torch.int8)
     box = {}

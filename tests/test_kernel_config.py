@@ -127,11 +127,15 @@ def test_defer_is_a_gluon_knob_with_three_stages():
 
 def test_early_qk_is_a_gluon_default_and_pingpong_opt_in():
     """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) is on by default for the
-    Gluon recipes and gives way to the Triton kernel and to PINGPONG (its two consumers take turns to issue their
+    Gluon recipes (not the MXFP4 ones with direct P̃ placement) and gives way to the Triton kernel and to PINGPONG (its two consumers take turns to issue their
     MMAs; off by default); asked for where it cannot act, either is refused."""
     from lowbit_video.kernels.launch import merged_config
 
     assert merged_config("sage", 128, None)["EARLY_QK"] is True and merged_config("mx", 128, None)["EARLY_QK"] is True
+    # measured slower for the MXFP4 recipes that place P̃ directly (mxfp4-ocp, mxattention-no-pnq-uos): off there
+    assert merged_config("mx", 128, None, "direct")["EARLY_QK"] is False
+    assert merged_config("mx", 128, {"EARLY_QK": True}, "direct")["EARLY_QK"] is True
+    assert merged_config("sage", 128, None, "direct")["EARLY_QK"] is True
     assert not merged_config("int4", 128, None).get("EARLY_QK")
     assert merged_config("sage", 128, {"GLUON": False})["EARLY_QK"] is False
     assert merged_config("mx", 128, {"BLOCK_M": 64})["EARLY_QK"] is False  # a Triton knob: the Triton kernel
