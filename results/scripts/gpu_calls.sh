@@ -1,7 +1,8 @@
 #!/bin/bash
 # The device calls of sessions 8 and 9 (s8_gpu.sh until d873ad3), each step switched by a variable:
 #   GPU tests      TESTS=1, TEST_FILES, TESTS_K (a pytest -k expression)
-#   pre-pass       SAGE_PIECES=1: results/scripts/sage_prepass_pieces.py (the sage2 pre-pass piece by piece)
+#   pre-pass       SAGE_PIECES=1: results/scripts/sage_prepass_pieces.py (the sage2 pre-pass piece by piece);
+#                  INT4_PIECES=1: results/scripts/int4_prepass_pieces.py (rotateattention-half's, and its ΔS table)
 #   bench kernels  SHAPES, RECIPES (those in TRITON_RECIPES, default all, also as "recipe[GLUON=False]", the
 #                  Triton kernel, if TRITON_ROWS=1; and as "recipe[K=V,...]" with the kernel config VARIANT_CONFIG,
 #                  e.g. "DEFER=true", if set; VARIANTS="r1,r2:K=V K=V;r3:K=V" adds several such rows, each
@@ -27,6 +28,10 @@ fi
 if [ "${SAGE_PIECES:-0}" = 1 ]; then
   timeout 120 python3 results/scripts/sage_prepass_pieces.py > $OUT/sage_pieces.json 2> $OUT/sage_pieces.err
   cat $OUT/sage_pieces.json; tail -c 400 $OUT/sage_pieces.err
+fi
+if [ "${INT4_PIECES:-0}" = 1 ]; then
+  timeout 200 python3 results/scripts/int4_prepass_pieces.py > $OUT/int4_pieces.json 2> $OUT/int4_pieces.err
+  cat $OUT/int4_pieces.json; tail -c 600 $OUT/int4_pieces.err
 fi
 if [ -n "$RECIPES" ]; then
 timeout ${BENCH_LIMIT:-300} python3 -c "
