@@ -693,8 +693,10 @@ def delta_s_table(qm: torch.Tensor, kf: torch.Tensor) -> torch.Tensor:
     bh, G, D = qm.shape
     n_pad = kf.shape[1]
     out = torch.empty((bh, G, n_pad), device=qm.device, dtype=torch.float32)
-    _delta_s_kernel[(n_pad // TILE, bh)](qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=TILE, GB=64,
-                                         num_warps=8)
+    # 64 keys × 64 q groups per MMA, 4 warps, 2 stages: the fastest of 32 tilings at wan-720p (6.1 ms; 10.65 with
+    # 128 keys and 8 warps; the same bits), results/delta-s-sweep-h200-session10-call9.json
+    _delta_s_kernel[(n_pad // 64, bh)](qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=64, GB=64,
+                                       num_warps=4, num_stages=2)
     return out
 
 

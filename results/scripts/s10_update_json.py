@@ -2,7 +2,8 @@
 
 Rows replace the older rows of the same (shape, recipe): call 5 (final code: sage2-int8 and the five MXFP4 recipes at
 three shapes) except mxfp4-ocp and mxattention-no-pnq-uos, which come from call 7 (after EARLY_QK was turned off for
-direct placement, call 6), and rotateattention-half at the Wan shapes from call 1 (Triton INT4 kernel). `e2e` becomes
+direct placement, call 6), and rotateattention-half at the Wan shapes from call 10 (Triton INT4 kernel, the ΔS table
+in its new tiling from call 9's sweep). `e2e` becomes
 the list the issue asks for: the latest row per (model, resolution, recipe), each with `model`, `ratio_cudnn`, and
 the cuDNN time of its own run (`cudnn_ms`); every older e2e row and the former metadata move to `e2e_history`.
 Usage (on the kernels-h200.json of 3724878): python3 results/scripts/s10_update_json.py"""
@@ -20,10 +21,11 @@ def load(name):
 c1, c2, c3, c5, c6, c7 = (load(f) for f in ("bench-kernels-h200-session10-call1.json", "bench-kernels-h200-session10-call2.json",
                                                "bench-kernels-h200-session10-call3-overlap.json", "bench-kernels-h200-session10-call5.json",
                                                "bench-kernels-h200-session10-call6-early-direct.json", "bench-kernels-h200-session10-call7.json"))
+c10 = load("bench-kernels-h200-session10-call10.json")
 direct = ("mxfp4-ocp", "mxattention-no-pnq-uos")
 new = ([dict(r, run="session10_call5") for r in c5["rows"] if r["recipe"] not in direct]
        + [dict(r, run="session10_call7") for r in c7["rows"]]
-       + [dict(r, run="session10_call1") for r in c1["rows"] if r["recipe"] == "rotateattention-half"])
+       + [dict(r, run="session10_call10") for r in c10["rows"] if r["recipe"] == "rotateattention-half"])
 keys = {(r["shape"], r["recipe"]) for r in new}
 superseded = [r for r in d["rows"] if (r["shape"], r["recipe"]) in keys]
 d["rows"] = [r for r in d["rows"] if (r["shape"], r["recipe"]) not in keys] + new
@@ -66,6 +68,9 @@ d["session10"] = {
     "early_direct_call6": {"what": "EARLY_QK on (then default) and off for the other four MXFP4 recipes",
                            "rows": c6["rows"], "baselines": c6["baselines"]},
     "int4_prepass_pieces_call8": load("int4-prepass-pieces-h200-session10-call8.json"),
+    "delta_s_sweep_call9": load("delta-s-sweep-h200-session10-call9.json"),
+    "int4_call10": {"what": "rotateattention-half with the ΔS table's new tiling, Triton and Gluon (GLUON=true) kernels",
+                    "rows": c10["rows"], "baselines": c10["baselines"]},
     "superseded_rows": superseded,
 }
 json.dump(d, open(path, "w"), indent=1)
