@@ -139,7 +139,7 @@ def supports(spec, device: torch.device | str | None = None, head_dim: int | Non
     return True, ""
 
 
-def _config(variant: str, head_dim: int) -> dict:
+def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
     # Measured on one H200 (results/kernels-h200.md, "Software pipelining and tile sizes"); BLOCK_N is fixed
     # to the recipes' tile_k so the running maximum each P̃ tile is quantized against is the reference
     # engine's. PIPE: the next tile's QKᵀ is issued before this tile's softmax (pays off where the
@@ -153,8 +153,11 @@ def _config(variant: str, head_dim: int) -> dict:
     # DEFER: the Gluon kernel's deferred stage release ("Session 9": kernel 2–3 % faster for mxattention, up to
     # 2 % for sage2-int8). EARLY_QK: its next tile's QKᵀ issued before this tile's softmax ("Session 10": kernel
     # 4 % faster for mxattention, 1 % for sage2-int8, at both Wan shapes)
+    # EARLY_QK made the direct-placement MXFP4 kernels (mxfp4-ocp, mxattention-no-pnq-uos) 9 % slower at both Wan
+    # shapes ("Session 10", device call 6), the PNQ ones 0-4 % faster
     if variant == "mx":
-        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=True)
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True,
+                    EARLY_QK=placement == "pnq")
     if variant == "sage":
         return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True)
     if variant == "int4":
@@ -193,12 +196,7 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
     """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types,
     BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored.
     placement: the recipe's P̃ placement (MXFP4 recipes), which one default depends on."""
-    defaults = _config(variant, head_dim)
-    if variant == "mx" and placement != "pnq":
-        # EARLY_QK made the direct-placement MXFP4 kernels (mxfp4-ocp, mxattention-no-pnq-uos) 9 % slower at both
-        # Wan shapes ("Session 10", device call 6), the PNQ ones 0-4 % faster
-        defaults["EARLY_QK"] = False
-    cfg = with_overrides(defaults, config, CONFIG_KEYS, "kernel config")
+    cfg = with_overrides(_config(variant, head_dim, placement), config, CONFIG_KEYS, "kernel config")
     triton_keys = [key for key in (config or {}) if key in TRITON_ONLY_KEYS]
     if triton_keys and cfg.get("GLUON"):
         if (config or {}).get("GLUON"):

@@ -233,18 +233,20 @@ def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
 
 
 @triton.jit
-def _rne_int_by_midpoints(x64, xf, s, QMAX: tl.constexpr):
-    """RNE(x / s) clamped to ±QMAX as int32, for x in fp64 (x64; xf: x rounded to fp32) and an fp32 scale s > 0 per
-    row ((ROWS,)), with no division per element: an integer candidate c from the fp32 quotient (within one of the
-    answer: that quotient is off by a few fp32 ulps), then x compared exactly with the two midpoints (c ± ½)·s,
-    exact in fp64 (an 8-bit numerator times a 24-bit scale); on a midpoint the even neighbour wins. Equal to
-    rounding the reference's fp64 quotient fl64(x / s): for fp64 x and fp32 s that quotient never lands on a
-    midpoint unless the exact one does (x − m·s is a nonzero multiple of ulp(x), more than half an ulp of the
-    quotient away)."""
-    t = xf * (1.0 / s)[:, None]
-    # RNE to an integer by adding 1.5·2^23 (|t| < 2^22), read off the sum's low bits
-    c = (t + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000
-    c = tl.minimum(tl.maximum(c, -QMAX), QMAX)
+def _round_to_int(t):
+    """(c, cf): RNE of fp32 t (|t| < 2^22) as int32 and as fp32, by adding 1.5·2^23 and reading the sum's low bits."""
+    y = t + 12582912.0
+    return y.to(tl.int32, bitcast=True) - 0x4B400000, y - 12582912.0
+
+
+@triton.jit
+def _fix_by_fp64_midpoints(x64, c, s, QMAX: tl.constexpr):
+    """RNE(x / s) clamped to ±QMAX as int32, for x in fp64 (x64), an fp32 scale s > 0 per row ((ROWS,)) and a
+    candidate c within one of the answer (from an fp32 quotient): x compared exactly with the two midpoints
+    (c ± ½)·s, exact in fp64 (an 8-bit numerator times a 24-bit scale); on a midpoint the even neighbour wins.
+    Equal to rounding the reference's fp64 quotient fl64(x / s): for fp64 x and fp32 s that quotient never lands
+    on a midpoint unless the exact one does (x − m·s is a nonzero multiple of ulp(x), more than half an ulp of
+    the quotient away)."""
     hs = (s.to(tl.float64) * 0.5)[:, None]
     hi = (2 * c + 1).to(tl.float64) * hs  # exact
     lo = (2 * c - 1).to(tl.float64) * hs
@@ -279,12 +281,9 @@ def _rne_int_exact32(xf, s, EMULATE_FMA: tl.constexpr):
     and within ±127 since the exact quotient's RNE is), then the signs of (c ± ½)·s − x, each one FMA (exact
     product, one rounding: the sign and the zero are the exact difference's, a nonzero multiple of 2^-149 never
     rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0 ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the
-    round-half-even corrections are one integer compare each. The codes of `_rne_int_by_midpoints` without
+    round-half-even corrections are one integer compare each. The codes of `_fix_by_fp64_midpoints` without
     its fp64 products and compares (fp64 runs at half rate)."""
-    t = xf * (1.0 / s)[:, None]
-    y = t + 12582912.0  # RNE to an integer (|t| < 2^22): the low bits of the sum
-    c = y.to(tl.int32, bitcast=True) - 0x4B400000
-    cf = y - 12582912.0
+    c, cf = _round_to_int(xf * (1.0 / s)[:, None])
     sb = s[:, None]
     above = _fma(cf + 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd c): round up
     below = _fma(cf - 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd c): round down
@@ -300,10 +299,9 @@ def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
     3·127·2^-24 < 2^-15.4 at |x / s| <= 127. Where near is false, c is the exact quotient's RNE. About one program
     in eight of 16×128 elements is near on random data."""
     t = xf * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None]
-    y = t + 12582912.0
-    c = tl.minimum(tl.maximum(y.to(tl.int32, bitcast=True) - 0x4B400000, -QMAX), QMAX)
-    near = tl.max(tl.max((tl.abs(t - (y - 12582912.0)) > 0.5 - 2.0 ** -15).to(tl.int32), axis=1), axis=0) > 0
-    return c, near
+    c, cf = _round_to_int(t)
+    near = tl.max(tl.max((tl.abs(t - cf) > 0.5 - 2.0 ** -15).to(tl.int32), axis=1), axis=0) > 0
+    return tl.minimum(tl.maximum(c, -QMAX), QMAX), near
 
 
 @triton.jit
@@ -316,7 +314,7 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
     correctly rounded), the codes RNE of the quotient x / fp32-scale, without a division per element (one made
     these passes compute-bound at ~140 instructions per element): for Q by `_rne_int_exact32` (fp32, exact signs
     from FMAs); for K, whose smoothed x is an fp64 value, from the fp32 quotient, and in the one program in eight
-    where some quotient lies within 2^-15 of a midpoint by `_rne_int_by_midpoints` (fp64 compares)."""
+    where some quotient lies within 2^-15 of a midpoint corrected by `_fix_by_fp64_midpoints` (fp64 compares)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
@@ -344,22 +342,11 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
         # x − mean is an fp64 value: the exact fp64 comparisons, but only where the fp32 quotient could be wrong
         c, near = _rne_int_fp32_or_near(xf, sq, 127)
         if near:
-            c = _rne_int_by_midpoints(x64, xf, sq, 127)
+            c = _fix_by_fp64_midpoints(x64, c, sq, 127)
     else:
         c = _rne_int_exact32(xf, sq, EMULATE_FMA)
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
     tl.store(SC + pid_bh * n_pad + rows, s)
-
-
-@triton.jit
-def _e4m3_value(k):
-    """The value of E4M3 magnitude codes k in [0, 127] as fp32, from the bits (exponent k >> 3, bias 7; mantissa
-    k & 7; subnormal below code 8): no fp8 conversion (decoding through the fp8 type gave wrong V codes on the
-    H200 for bf16 V at head_dim 128, "Session 9"). Code 127 (NaN in E4M3) decodes as 480, one step past 448:
-    the midpoint 464 is beyond any saturated quotient."""
-    ex = k >> 3
-    normal = (((ex + 120) << 23) | ((k & 7) << 20)).to(tl.float32, bitcast=True)
-    return tl.where(ex > 0, normal, (k & 7).to(tl.float32) * 0.001953125)
 
 
 @triton.jit

@@ -59,7 +59,7 @@ res = '$E2E_RES'.split()
 rows = bench_e2e(res, recipes, blocks=8, reps=3, log=lambda m: print(m, file=sys.stderr))
 if '$TRITON_ROWS' == '1':
     orig = L._config
-    L._config = lambda variant, d: dict(orig(variant, d), GLUON=False) if variant in ('sage', 'mx') else orig(variant, d)
+    L._config = lambda variant, *a: dict(orig(variant, *a), GLUON=False) if variant in ('sage', 'mx') else orig(variant, *a)
     rows += [dict(r, recipe=r['recipe'] + '[GLUON=False]') for r in bench_e2e(res, recipes, blocks=8, reps=3,
              log=lambda m: print(m, file=sys.stderr)) if r['recipe'] != 'sdpa-cudnn']
 json.dump(rows, open('$OUT/e2e.json', 'w'), indent=1)
