@@ -84,16 +84,21 @@ def e4m3_round(t):
 
 
 @triton.jit
-def int4_p_codes(qk, rmax, mb, PLEV: tl.constexpr, MASKED: tl.constexpr):
+def int4_p_codes(qk, rmax, mb, PLEV: tl.constexpr, MASKED: tl.constexpr, c=1.0):
     """INT4 P̃ of one tile (MODE 3; also the Gluon kernel's): codes RNE(P̃ / s) with s = the tile's row maximum
-    of P̃ / PLEV, i.e. RNE(PLEV·2^(qk − rowmax qk)), straight from the logits (m cancels), one exp2 per element,
-    the row maximum's code exactly PLEV. The RNE is the magic add t + 1.5·2^23, whose low bits are the integer
-    code (t <= PLEV, no clamp). Returns (t, t + 1.5·2^23, s); rows with no key in a MASKED tile get codes 0."""
-    sp = tl.exp2(rmax - mb) / PLEV
+    of P̃ / PLEV, i.e. RNE(PLEV·2^(c·(qk − rowmax qk))), straight from the logits (m cancels), one exp2 per
+    element, the row maximum's code exactly PLEV. qk·c: the logits in the log2 domain (c > 0, a scalar: the Gluon
+    kernel folds sm_scale·log2 e in here, as one FMA with the exponent's shift), rmax = the rows' maximum of qk,
+    mb: the running maximum (log2 domain). The RNE is one FMA e·PLEV + 1.5·2^23 (a single rounding, at unit
+    steps: the RNE of the exact product), whose low bits are the integer code (e·PLEV <= PLEV, no clamp).
+    Returns (e = 2^(c·(qk − rowmax)), e·PLEV + 1.5·2^23, the tile's row maximum of P̃ (= PLEV·s)); rows with no
+    key in a MASKED tile get codes 0."""
+    rmaxc = rmax * c
+    pmax = tl.exp2(rmaxc - mb)
     if MASKED:
-        rmax = tl.where(rmax == float("-inf"), 0.0, rmax)
-    t = tl.exp2(qk - rmax[:, None]) * PLEV
-    return t, t + 12582912.0, sp
+        rmaxc = tl.where(rmax == float("-inf"), 0.0, rmaxc)
+    e = tl.exp2(tl.fma(qk, c, -rmaxc[:, None]))
+    return e, tl.fma(e, PLEV, 12582912.0), pmax
 
 
 @triton.jit
@@ -191,12 +196,13 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 3:
-        t, tm, sp = int4_p_codes(qk, tl.max(qk, axis=1), mb, PLEV, MASKED)
+        e, tm, pmax = int4_p_codes(qk, tl.max(qk, axis=1), mb, PLEV, MASKED)
+        sp = pmax / PLEV  # the row's P̃ scale
         p = tm.to(tl.int32, bitcast=True).to(tl.int8)  # the low byte of 1.5·2^23 + code is the code
         if PNQ:
             l_i = l_i * alpha + tl.sum(tm - 12582912.0, axis=1) * sp
         else:
-            l_i = l_i * alpha + tl.sum(t, axis=1) * sp * lsc  # Σ P̃ = s · Σ t
+            l_i = l_i * alpha + tl.sum(e, axis=1) * pmax * lsc  # Σ P̃ = rowmax P̃ · Σ 2^(qk − rowmax)
     elif MODE == 4:
         # NVFP4 P̃: blocks of 16 keys per row, as formats/nvfp4.quantize (s_b from the block maximum)
         yb = tl.reshape(y, (BLOCK_M, BLOCK_N // 16, 16))

@@ -31,6 +31,8 @@ exactness runs the Triton kernel). Measured against the Triton kernel in the sam
 (Triton 1.11× / 1.14×).
 """
 
+import functools
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -47,36 +49,49 @@ KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank
 
 
 @gluon.jit
-def _loader(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, k_row0, v_row, ks_row,
-            ds_row, n_tiles):
+def _loader(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
+            ds_rows_bh, n_tiles):
     """One warp: K and Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
     With sage2's per-token key scales (MODE 2: ks_s holds one 128-key row per stage) each tile's scales come
     into the K stage on K's barrier: the consumers read them from shared memory in their logits' column layout,
     with no store, barrier and load of their own (a register layout conversion through shared memory
     otherwise, two warpgroup barriers per tile). (Worker partitions take IR values only, so the sizes and
     that choice come from the buffers.) The INT4 mode's ΔS table row (ds_s, one 128-key row per stage) comes the
-    same way."""
+    same way. The ring runs on across the program's work tiles (as `_consumer` walks them): ring count
+    r = (work tiles done) · n_tiles + t."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     KS_TILES: gl.constexpr = ks_s.shape[0] == STAGES and ks_s.shape[2] == BN
     DS_TILES: gl.constexpr = ds_s.shape[0] == STAGES and ds_s.shape[2] == BN
-    for t in range(n_tiles):
-        s = t % STAGES
-        # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
-        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
-        if DS_TILES:
-            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes
-                            + ds_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
-            tma.async_copy_global_to_shared(ds_desc, [ds_row, t * BN], kready.index(s), ds_s.index(s))
-        elif KS_TILES:
-            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
-        else:
-            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BN, 0], kready.index(s), k_s.index(s))
-        mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [v_row, t * BN], vready.index(s), v_s.index(s))
+    D: gl.constexpr = k_s.shape[2]
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    i = 0
+    for w in range(pid, n_work, nprog):
+        bh = w // n_m
+        k_row0 = bh * k_rows_bh
+        v_row = bh * D
+        ks_row = bh
+        ds_row = bh * ds_rows_bh + w % n_m
+        for t in range(n_tiles):
+            r = i * n_tiles + t
+            s = r % STAGES
+            # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
+            mbarrier.wait(empty.index(s), ((r // STAGES) & 1) ^ 1, pred=r >= STAGES)
+            if DS_TILES:
+                mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes
+                                + ds_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
+                tma.async_copy_global_to_shared(ds_desc, [ds_row, t * BN], kready.index(s), ds_s.index(s))
+            elif KS_TILES:
+                mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
+            else:
+                mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BN, 0], kready.index(s), k_s.index(s))
+            mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [v_row, t * BN], vready.index(s), v_s.index(s))
+        i += 1
 
 
 @aggregate
@@ -111,12 +126,14 @@ class Consts:
 
 
 @gluon.jit
-def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, q_row, m0,
-                        n_q, n_kv, n_tiles, c, so_n, P_SHIFT, consts):
+def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh,
+                        sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
+                        consts):
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
-              n_tiles, c, so_n, P_SHIFT, consts.WG, consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ,
-              consts.DEFER, consts.EARLY, consts.PINGPONG, consts.PLEV, consts.SMQ)
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
+              svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, consts.WG,
+              consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ, consts.DEFER, consts.EARLY,
+              consts.PINGPONG, consts.PLEV, consts.SMQ)
 
 
 @gluon.jit
@@ -252,7 +269,7 @@ def _as_operand(p8, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
+def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
           offs_n0, n_kv, n_tiles, P_SHIFT, ds_scale, zero_s, zero_o, turn_me, turn_other, p_layout: gl.constexpr,
           col_s: gl.constexpr, row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr,
           RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr,
@@ -264,18 +281,21 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
     run while the other computes its softmax (FlashAttention-3's ping-pong), rather than whenever they happen to."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
-    st = j % STAGES
-    nx = (j + 1) % STAGES
+    st = r % STAGES  # r: the ring's tile count (key tiles of this program's earlier work tiles included)
+    nx = (r + 1) % STAGES
     if MODE == 2:
         # (the exact magic-number conversion bits(1.5·2^23 + s) − 1.5·2^23 instead of I2F measured no faster)
         qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :]
         cj = c_row
     elif MODE == 3:
-        # INT4: the logits in the log2 domain here (q and k scales · sm_scale·log2 e), plus the Q-smoothing term
-        # ΔS · sm_scale·log2 e from the pre-pass table (SMQ 2), as `_core._qk_tile`
-        qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :] * c_row[:, None]
+        # INT4: the logits in natural units here (c_row: q's scales), plus the Q-smoothing term ΔS from the
+        # pre-pass table (SMQ 2) in the same FMA; sm_scale·log2 e (ds_scale) goes into the exp2 argument's FMA
+        # (`int4_p_codes`): no per-column multiply of the table row, no separate subtraction of the row maximum
+        qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :]
         if SMQ == 2:
-            qk = qk + (ds_s.index(st).reshape([BN]).load(col_s) * ds_scale)[None, :]
+            qk = gl.fma(qk, c_row[:, None], ds_s.index(st).reshape([BN]).load(col_s)[None, :])
+        else:
+            qk = qk * c_row[:, None]
         cj = c_row
     else:
         qk = s_cur
@@ -283,9 +303,9 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
     ks_next = _key_scales(KS, j + 1, n_tiles, MODE)
     if EARLY:
         if DEFER:
-            mbarrier.arrive(empty.index((j + STAGES - 1) % STAGES), pred=j > 0)  # as below
+            mbarrier.arrive(empty.index((r + STAGES - 1) % STAGES), pred=r > 0)  # as below
         if NEXT:
-            mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1)
+            mbarrier.wait(kready.index(nx), ((r + 1) // STAGES) & 1)
             s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
@@ -296,7 +316,7 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         bmax = gl.max(gl.reshape(qk, [qk.shape[0], BN // 32, 32]), axis=2)
         rmax = gl.convert_layout(gl.max(bmax, axis=1), m_i.type.layout)
     if MODE == 3:
-        m_new = gl.maximum(m_i, rmax)
+        m_new = gl.maximum(m_i, rmax * ds_scale)  # (ds_scale = sm_scale·log2 e: the log2 domain)
     else:
         m_new = gl.maximum(m_i, rmax * cj)
     if MASKED:
@@ -305,11 +325,12 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         m_use = m_new
     alpha = gl.exp2(m_i - m_use)
     if MODE == 3:
-        t, tm, sp = int4_p_codes(qk, rmax, m_use - P_SHIFT, PLEV, MASKED)  # as the Triton kernel's
+        e, tm, pmax = int4_p_codes(qk, rmax, m_use - P_SHIFT, PLEV, MASKED, ds_scale)  # as the Triton kernel's
+        sp = pmax / PLEV  # the row's P̃ scale
         if PNQ:
             l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1) * sp
         else:
-            l_i = l_i * alpha + gl.sum(t, axis=1) * sp
+            l_i = l_i * alpha + gl.sum(e, axis=1) * pmax
         p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)  # the low byte is the code
     else:
         if MODE == 2:
@@ -328,16 +349,16 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
         # release's warpgroup barrier then falls where this tile's waits need one anyway (2 barriers per tile
         # instead of 3 in sage2's offline SASS); needs STAGES >= 3 to keep the loader a tile ahead
-        mbarrier.arrive(empty.index((j + STAGES - 1) % STAGES), pred=j > 0)
+        mbarrier.arrive(empty.index((r + STAGES - 1) % STAGES), pred=r > 0)
     # NEXT is a constexpr rather than a predicate on the wait: a predicated mbarrier wait costs a warpgroup
     # bar.sync per tile (offline PTX)
     if PINGPONG:
         # this consumer's j-th turn; consumer 0's first passes at once (the parity before phase 0)
-        mbarrier.wait(turn_me, (j & 1) ^ (1 - WG))
+        mbarrier.wait(turn_me, (r & 1) ^ (1 - WG))
     if NEXT and not EARLY:
-        mbarrier.wait(kready.index(nx), ((j + 1) // STAGES) & 1)
+        mbarrier.wait(kready.index(nx), ((r + 1) // STAGES) & 1)
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    mbarrier.wait(vready.index(st), (j // STAGES) & 1)
+    mbarrier.wait(vready.index(st), (r // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn_other)  # the other consumer's turn
@@ -358,12 +379,16 @@ def _tile(j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, 
 
 
 @gluon.jit
-def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, q_row, m0, n_q, n_kv,
-              n_tiles, c, so_n, P_SHIFT, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr,
-              QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-              PINGPONG: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr):
-    """Rows m0 + 64·WG + [0, 64) against every key tile. Per tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j)
-    issued together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup)."""
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
+              svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, WG: gl.constexpr,
+              MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
+              DEFER: gl.constexpr, EARLY: gl.constexpr, PINGPONG: gl.constexpr, PLEV: gl.constexpr,
+              SMQ: gl.constexpr):
+    """Work tiles w = program, program + programs, ... (w -> query tile w % n_m of head w // n_m): rows
+    m0 + 64·WG + [0, 64) against every key tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued
+    together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup). A persistent grid
+    (fewer programs than work tiles) keeps the K/Vᵀ ring running across work tiles: the loader fills the next
+    tile's first stages and this warpgroup's next Q arrives while it writes the current tile's output."""
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
@@ -372,76 +397,103 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-    qw = q_s.index(WG)
-    mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row + WG * 64, 0], qbar.index(WG), qw)
-    offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
+    NWG: gl.constexpr = q_s.shape[0]
     if MODE == 2 or MODE == 3:
-        c_row = gl.load(QS + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
         zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     else:
-            # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
-        qt = (m0 + WG * 64) // 128
-        rq = gl.load(QS + qt, mask=qt * 128 < n_q, other=0)
-        c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
         zero_s = gl.zeros([64, BN], gl.float32, s_layout)
-    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
-    l_i = gl.zeros([64], gl.float32, row_s)
-    # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
-    n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
-    acc = gl.zeros([64, D], gl.float32, o_layout)
     if MODE == 3:
         zero_o = gl.zeros([64, D], gl.int32, o_layout)  # INT4 codes: an exact INT8 P̂·V̂
     else:
         zero_o = gl.zeros([64, D], gl.float32, o_layout)
-
     offs_n0 = gl.arange(0, BN, col_s)
+    offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
     # the consumers' turn barriers follow their Q barriers (PINGPONG, two consumers)
-    NWG: gl.constexpr = q_s.shape[0]
     turn_me = qbar.index(NWG + WG)
     turn_other = qbar.index(NWG + 1 - WG)
-    ks_next = _key_scales(KS, 0, n_tiles, MODE)
-    mbarrier.wait(qbar.index(WG), 0)
-    mbarrier.wait(kready.index(0), 0)
-    s_tok = warpgroup_mma(qw, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
-    # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op on
-    # a whole tile, whose rows all have keys)
-    for j in range(n_tiles - 1):
+    qw = q_s.index(WG)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    # this warpgroup's first Q tile; each later one is issued as soon as the previous tile's last QKᵀ is done
+    mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [(pid // n_m) * q_rows_bh + (pid % n_m) * (64 * NWG) + WG * 64, 0],
+                                    qbar.index(WG), qw)
+    i = 0
+    for w in range(pid, n_work, nprog):
+        pid_m = w % n_m
+        bh = w // n_m
+        m0 = pid_m * (64 * NWG)
+        qs_base = QS + bh.to(gl.int64) * sqs_bh
+        ks_base = KS + bh.to(gl.int64) * sks_bh
+        offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
+        if MODE == 2:
+            c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
+        elif MODE == 3:
+            c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0)  # q scale (c: in the exp2 argument)
+        else:
+            # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
+            qt = (m0 + WG * 64) // 128
+            rq = gl.load(qs_base + qt, mask=qt * 128 < n_q, other=0)
+            c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
+        m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([64], gl.float32, row_s)
+        # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
+        n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
+        acc = gl.zeros([64, D], gl.float32, o_layout)
+        g0 = i * n_tiles  # the ring's count at this work tile's first key tile
+        ks_next = _key_scales(ks_base, 0, n_tiles, MODE)
+        mbarrier.wait(qbar.index(WG), i & 1)
+        mbarrier.wait(kready.index(g0 % k_s.shape[0]), (g0 // k_s.shape[0]) & 1)
+        s_tok = warpgroup_mma(qw, k_s.index(g0 % k_s.shape[0]).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)
+        s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+        # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op
+        # on a whole tile, whose rows all have keys)
+        for j in range(n_tiles - 1):
+            s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+                j, g0 + j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
+                ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout,
+                col_s, row_o, False, True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
         s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
-            offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, False,
-            True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
-    s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-        n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
-        offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout, col_s, row_o, True, False,
-        MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
+            n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
+            vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me,
+            turn_other, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG,
+            PLEV, SMQ)
+        # Q's buffer is free (this tile's QKᵀ are all waited for): the next work tile's Q, under the epilogue
+        wn = w + nprog
+        more = wn < n_work
+        mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes, pred=more)
+        tma.async_copy_global_to_shared(q_desc, [(wn // n_m) * q_rows_bh + (wn % n_m) * (64 * NWG) + WG * 64, 0],
+                                        qbar.index(WG), qw, pred=more)
 
-    l_safe = gl.where(l_i > 0, l_i, 1.0)
-    offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
-    offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
-    if MODE == 2 or MODE == 3:
-        vs = gl.load(VS + offs_d)
-    else:
-        vs = _pow2(gl.maximum(gl.load(VS + offs_d), -126))
-        bad_rows = gl.convert_layout(gl.sum(n_bad, axis=1), row_s)
-        gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, bad_rows, 0), axis=0))
-    out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
-    ptrs = O + offs_mo[:, None] * so_n + offs_d[None, :]
-    gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
+        l_safe = gl.where(l_i > 0, l_i, 1.0)
+        offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
+        if MODE == 2 or MODE == 3:
+            vs = gl.load(VS + bh * svs_bh + offs_d)
+        else:
+            vs = _pow2(gl.maximum(gl.load(VS + bh * svs_bh + offs_d), -126))
+            bad_rows = gl.convert_layout(gl.sum(n_bad, axis=1), row_s)
+            gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, bad_rows, 0), axis=0))
+        out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
+        b = bh // H
+        h = bh % H
+        ptrs = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + offs_mo[:, None] * so_n + offs_d[None, :]
+        gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
+        i += 1
 
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
-@gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_n", "H", "n_q", "n_kv", "q_rows_bh", "k_rows_bh",
-                              "ds_rows_bh"])
+@gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_b", "so_h", "so_n", "H", "n_bh", "n_q", "n_kv",
+                              "q_rows_bh", "k_rows_bh", "ds_rows_bh"])
 def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n,
-                H, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
+                H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
                 RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
                 PINGPONG: gl.constexpr, PLEV: gl.constexpr = 15.0, SMQ: gl.constexpr = 0,
                 num_warps: gl.constexpr = 4):
-    """Grid (cdiv(n_q, 128), B·H). q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
+    """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
+    w // cdiv(n_q, 128)) go round-robin to the programs, one each or (a persistent grid, PERSIST) several.
+    q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
     128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
@@ -449,8 +501,6 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     MODE 3 (INT4, opt-in, not yet run on the GPU): Q, K INT4 codes in int8 with fp32 per-token scales, Vᵀ INT4
     codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
-    pid_m = gl.program_id(0)
-    bh = gl.program_id(1)
     D: gl.constexpr = k_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
     q_s = gl.allocate_shared_memory(q_desc.dtype, [NWG, 64, D], q_desc.layout)
@@ -467,10 +517,9 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
         mbarrier.init(vready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NWG)  # one release per consumer warpgroup
     fence_async_shared()  # the initialised barriers, visible to the TMA (async proxy)
-    b = bh // H
-    h = bh % H
     n_tiles = gl.cdiv(n_kv, BN)
-    out = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h
+    n_m = gl.cdiv(n_q, 64 * NWG)
+    n_work = n_m * n_bh
     if MODE == 2 or MODE == 3:
         ks_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ks_desc.layout)
     else:
@@ -479,11 +528,10 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
         ds_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ds_desc.layout)
     else:
         ds_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
-    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS + bh.to(gl.int64) * sqs_bh,
-            KS + bh.to(gl.int64) * sks_bh, VS + bh * svs_bh, out, BAD, bh * q_rows_bh + pid_m * (64 * NWG),
-            pid_m * (64 * NWG), n_q, n_kv, n_tiles, c, so_n, P_SHIFT)
-    largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, bh * k_rows_bh, bh * D, bh,
-             bh * ds_rows_bh + pid_m, n_tiles)
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh,
+            so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
+    largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
+             ds_rows_bh, n_tiles)
     if NWG == 2:
         gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
                             (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
@@ -516,11 +564,13 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
-           early: bool = False, pingpong: bool = False):
+           early: bool = False, pingpong: bool = False, persist: bool = False):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
-    out = that · H / sqrt(D) as one fp32 matmul (the Triton kernel does it in its epilogue)."""
+    out = that · H / sqrt(D) as one fp32 matmul (the Triton kernel does it in its epilogue). persist: one program
+    per SM walking the work tiles (the K/Vᵀ ring and the next Q load run on across them) instead of one program
+    per work tile; same arithmetic per tile, so the same output bits."""
     import math
 
     import torch
@@ -543,8 +593,10 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         B = BH // H
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
-    attn_ws_fwd[(triton.cdiv(Nq, nwg * ROWS), BH)](
-        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, P["sqs"], P["sks"], P["svs"], *sdst[:3], H, Nq,
+    n_work = triton.cdiv(Nq, nwg * ROWS) * BH
+    programs = min(n_work, _sm_count(out.device)) if persist else n_work
+    attn_ws_fwd[(programs,)](
+        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, P["sqs"], P["sks"], P["svs"], *sdst[:3], H, BH, Nq,
         Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
         NWG=nwg, DEFER=defer, EARLY=early, PINGPONG=pingpong, PLEV=float(P.get("plev", 15)), SMQ=smq, num_warps=4)
@@ -552,3 +604,17 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         view = torch.as_strided(out, dst.shape, so)
         view.copy_(torch.matmul(dst.double(), P["hv"].double()) * (1.0 / math.sqrt(D)))  # fp64: no TF32 whatever the settings
     return out
+
+
+def _sm_count(device) -> int:
+    """Streaming multiprocessors of `device`."""
+    import torch
+
+    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count_of(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count  # cached: slow next to a launch

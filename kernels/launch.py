@@ -174,7 +174,7 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
                "TMA": bool, "maxnreg": int, "GLUON": bool, "DEFER": bool,
-               "EARLY_QK": bool, "PINGPONG": bool}
+               "EARLY_QK": bool, "PINGPONG": bool, "PERSIST": bool}
 # keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
@@ -239,6 +239,9 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
         # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong): two more warpgroup
         # barriers per tile; "Session 10": slower than EARLY_QK, so off
         raise ValueError("kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
+    if cfg.get("PERSIST") and not cfg.get("GLUON"):
+        # one program per SM walking the work tiles: a Gluon-kernel grid
+        raise ValueError("kernel config PERSIST (the Gluon kernel's persistent grid) needs GLUON")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -423,7 +426,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
                         defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
-                        pingpong=cfg.get("PINGPONG", False))
+                        pingpong=cfg.get("PINGPONG", False), persist=cfg.get("PERSIST", False))
         st.kernel = "gluon"
     else:
         st.kernel = "triton"

@@ -307,6 +307,14 @@ def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
 @triton.jit
 def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
                       D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr = False):
+    """`_int8_rows` for token tile program_id(0) of (batch, head) program_id(1)."""
+    _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, tl.program_id(0), tl.program_id(1), D, ROWS,
+               SUB_MEAN, EMULATE_FMA)
+
+
+@triton.jit
+def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh,
+               D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64.
 
     As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction and amax/127 in fp64, the
@@ -315,8 +323,6 @@ def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
     these passes compute-bound at ~140 instructions per element): for Q by `_rne_int_exact32` (fp32, exact signs
     from FMAs); for K, whose smoothed x is an fp64 value, from the fp32 quotient, and in the one program in eight
     where some quotient lies within 2^-15 of a midpoint corrected by `_fix_by_fp64_midpoints` (fp64 compares)."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
     if SUB_MEAN:
         x64 = tl.where((rows < N)[:, None], x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
@@ -381,10 +387,16 @@ def _e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
 @triton.jit
 def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
                   OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr = False):
+    """`_v_fp8` for token tile program_id(0) of (batch, head) program_id(1)."""
+    _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, tl.program_id(0), tl.program_id(1), D, TB, OPERAND_ORDER,
+           EMULATE_FMA)
+
+
+@triton.jit
+def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
+           OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_exact32`), written transposed
     as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
     toks = pid_t * TB + tl.arange(0, TB)
@@ -407,10 +419,15 @@ def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constex
 @triton.jit
 def _token_reduce_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constexpr, ROWS: tl.constexpr,
                          TILES: tl.constexpr, ABSMAX: tl.constexpr):
-    """OUT (chunks, B·H, D): over each chunk of TILES·ROWS tokens of X (tokens past N read as 0), the fp64 sum,
+    """`_token_partial` for chunk program_id(0) of (batch, head) program_id(1)."""
+    _token_partial(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, tl.program_id(0), tl.program_id(1), D, ROWS, TILES, ABSMAX)
+
+
+@triton.jit
+def _token_partial(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, pid_c, pid_bh, D: tl.constexpr, ROWS: tl.constexpr,
+                   TILES: tl.constexpr, ABSMAX: tl.constexpr):
+    """OUT (chunks, B·H, D): over chunk pid_c of TILES·ROWS tokens of X (tokens past N read as 0), the fp64 sum,
     or with ABSMAX the maximum |x| in fp32 (exact for fp32 / 16-bit X)."""
-    pid_c = tl.program_id(0)
-    pid_bh = tl.program_id(1)
     if ABSMAX:
         acc = tl.zeros([D], tl.float32)
     else:
@@ -459,34 +476,95 @@ SAGE_ROWS = (16, 4)
 SAGE_V_TOKENS = (16, 4)
 
 
+@triton.jit
+def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b,
+                             sv_h, sv_n, sv_d, H, Nq, Nk, pad_q, BH, n_q_progs, D: tl.constexpr, ROWS: tl.constexpr,
+                             RROWS: tl.constexpr, RTILES: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """The sage2 pre-pass's first launch: programs [0, n_q_progs) write Q's INT8 codes (`_int8_rows`), the rest
+    each a chunk's K fp64 sum and V |max| partials (`_token_partial`). One launch instead of three: Q needs no
+    statistic, so its pass runs beside the reductions (and the small Q programs fill the reductions' tail)."""
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    if pid < n_q_progs:
+        _int8_rows(Q, KPART, QC, QS, sq_b, sq_h, sq_n, sq_d, H, Nq, pad_q, pid, pid_bh, D, ROWS, False, EMULATE_FMA)
+    else:
+        c = pid - n_q_progs
+        _token_partial(K, KPART, sk_b, sk_h, sk_n, sk_d, H, Nk, BH, c, pid_bh, D, RROWS, RTILES, False)
+        _token_partial(V, VPART, sv_b, sv_h, sv_n, sv_d, H, Nk, BH, c, pid_bh, D, RROWS, RTILES, True)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
+    """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums (in chunk order), and V's channel
+    scales amax/448, divided in fp64 (correctly rounded) and rounded once to fp32 (the reference's
+    float32_scale; an all-zero channel gets 1)."""
+    bh = tl.program_id(0)
+    cols = tl.arange(0, D)
+    acc = tl.zeros([D], tl.float64)
+    amax = tl.zeros([D], tl.float32)
+    for c in range(chunks):
+        acc += tl.load(KPART + (c * BH + bh) * D + cols)
+        amax = tl.maximum(amax, tl.load(VPART + (c * BH + bh) * D + cols))
+    tl.store(KMEAN + bh * D + cols, acc / n.to(tl.float64))
+    sv = (amax.to(tl.float64) / 448.0).to(tl.float32)
+    tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
+
+
+@triton.jit
+def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, pad_k,
+                          n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
+                          OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """The pre-pass's last launch: programs [0, n_k_progs) write smoothed K's INT8 codes, the rest Vᵀ's E4M3
+    codes (`_v_fp8`)."""
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    if pid < n_k_progs:
+        _int8_rows(K, KMEAN, KC, KS, sk_b, sk_h, sk_n, sk_d, H, Nk, pad_k, pid, pid_bh, D, ROWS, True, EMULATE_FMA)
+    else:
+        _v_fp8(V, SV, VT, sv_b, sv_h, sv_n, sv_d, H, Nk, pad_k, pid - n_k_progs, pid_bh, D, TB, OPERAND_ORDER,
+               EMULATE_FMA)
+
+
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
-    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's)."""
+    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Three launches: Q's codes with
+    K's and V's token statistics, the mean and V scales, then K's and V's codes (the five Triton passes and the
+    torch reductions between them, one launch each before, left the GPU waiting on the host between them)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     pad_q = triton.cdiv(Nq, TILE) * TILE
     pad_k = triton.cdiv(Nk, TILE) * TILE
     dev = q.device
-    qc = torch.empty((B * H, pad_q, D), device=dev, dtype=torch.int8)
-    qs = torch.empty((B * H, pad_q), device=dev, dtype=torch.float32)
-    kc = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.int8)
-    ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
-    vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.float8_e4m3fn)
-    kmean = token_mean64(k, layout)  # the reference's fp64 mean
-    # amax/448 rounded once to fp32 (the reference's float32_scale): torch's CUDA division by a scalar
+    BH = B * H
+    qc = torch.empty((BH, pad_q, D), device=dev, dtype=torch.int8)
+    qs = torch.empty((BH, pad_q), device=dev, dtype=torch.float32)
+    kc = torch.empty((BH, pad_k, D), device=dev, dtype=torch.int8)
+    ks = torch.empty((BH, pad_k), device=dev, dtype=torch.float32)
+    vt = torch.empty((BH, D, pad_k), device=dev, dtype=torch.float8_e4m3fn)
+    rrows, rtiles = TOKEN_REDUCE
+    chunks = triton.cdiv(Nk, rrows * rtiles)
+    kpart = torch.empty((chunks, BH, D), device=dev, dtype=torch.float64)
+    vpart = torch.empty((chunks, BH, D), device=dev, dtype=torch.float32)
+    kmean = torch.empty((BH, D), device=dev, dtype=torch.float64)  # the reference's fp64 mean (summation order aside)
+    # amax/448 rounded once to fp32 from fp64 (the reference's float32_scale): torch's CUDA division by a scalar
     # multiplies by the fp32 reciprocal, 1 ulp off for ~60 % of channels, which moves exact E4M3 ties
     # of bf16-valued V off their midpoint (kernel vs engine 0.4-0.5 % on bf16-valued random data)
-    sv = (token_absmax(v, layout).to(torch.float64) / 448.0).to(torch.float32)
-    sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
+    sv = torch.empty((BH, D), device=dev, dtype=torch.float32)
     rows, warps = SAGE_ROWS
-    _int8_rows_kernel[(pad_q // rows, B * H)](q, kmean, qc, qs, *_bhnd_strides(q, layout), H, Nq, pad_q,
-                                              D=D, ROWS=rows, SUB_MEAN=False, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
-    _int8_rows_kernel[(pad_k // rows, B * H)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k,
-                                              D=D, ROWS=rows, SUB_MEAN=True, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
-    tb, warps = SAGE_V_TOKENS
-    _v_fp8_kernel[(pad_k // tb, B * H)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
-                                        OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
+    tb, v_warps = SAGE_V_TOKENS
+    assert warps == v_warps, "the fused K/V codes launch runs both passes with one warp count"
+    n_q_progs = pad_q // rows
+    _sage_q_and_stats_kernel[(n_q_progs + chunks, BH)](
+        q, k, v, qc, qs, kpart, vpart, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout),
+        H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=_EMULATE_FMA,
+        num_warps=warps)
+    _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
+    n_k_progs = pad_k // rows
+    _sage_kv_codes_kernel[(n_k_progs + pad_k // tb, BH)](
+        k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
+        pad_k, n_k_progs, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA,
+        num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
 

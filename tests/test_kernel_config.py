@@ -108,6 +108,20 @@ def test_gluon_needs_a_hopper_gpu():
     assert _gluon(merged_config("sage", 128, {"GLUON": False}), False, True, torch.device("cpu")) is False
 
 
+def test_persist_is_a_gluon_knob():
+    """PERSIST (one Gluon program per SM walking the work tiles) is refused with the Triton kernel rather than
+    silently ignored."""
+    from lowbit_video.kernels.launch import merged_config
+
+    assert merged_config("sage", 128, {"PERSIST": True})["PERSIST"] is True
+    with pytest.raises(ValueError, match="PERSIST .* needs GLUON"):
+        merged_config("sage", 128, {"PERSIST": True, "GLUON": False})
+    with pytest.raises(ValueError, match="PERSIST .* needs GLUON"):
+        merged_config("mx", 128, {"PERSIST": True, "BLOCK_M": 64})  # a Triton knob: the Triton kernel
+    with pytest.raises(ValueError, match="PERSIST .* needs GLUON"):
+        merged_config("int4", 128, {"PERSIST": True})  # INT4 runs the Triton kernel unless GLUON is asked for
+
+
 def test_defer_is_a_gluon_knob_with_three_stages():
     """DEFER (the Gluon kernel's deferred stage release, on by default) is refused where it cannot act: with the
     Triton kernel, and with two stages (the loader could not run a tile ahead)."""

@@ -187,6 +187,32 @@ def test_gluon_deferred_stage_release_changes_no_bit(recipe, stages):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("recipe,config", [("sage2-int8", {}), ("sage2-int8", {"EARLY_QK": False}),
+                                           ("sage2-int8", {"PINGPONG": True}), ("mxattention", {}),
+                                           ("mxfp4-ocp", {}), ("rotateattention-half", {"GLUON": True})])
+@pytest.mark.parametrize("b,h,nq,nk,layout", [(2, 40, 1000, 777, "BHND"), (1, 3, 300, 1600, "BNHD")])
+def test_gluon_persistent_grid_changes_no_bit(recipe, config, b, h, nq, nk, layout):
+    """config PERSIST: one program per SM walking the work tiles, its K/Vᵀ ring and next-Q loads running on
+    across them, computes each tile as before: the same output bits (and, for MXFP4, the same inexact-block
+    count). (2, 40, 1000, 777): 640 work tiles over the SMs, so each program takes four or five, each of 7 key
+    tiles (the last ragged) through a 3- or 4-stage ring, so the ring's phase changes inside a work tile; the
+    last query tile ragged too. (1, 3, 300, 1600): fewer work tiles than SMs, a strided (BNHD) output."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = (to_layout(t, layout).cuda() for t in make_qkv(b, h, nq, nk, 128, outliers=True, seed=nq + nk))
+    outs, bads = [], []
+    for persist in (False, True):
+        st = KernelStats()
+        outs.append(attention(q, k, v, recipe, layout=layout, config=dict(config, PERSIST=persist), stats=st))
+        finalize_stats(st)
+        assert st.kernel == "gluon"
+        bads.append(st.p_inexact_blocks)
+    assert torch.equal(outs[0], outs[1])
+    assert bads[0] == bads[1]
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
     """Peaky rows put many P̃ blocks below what E4M3 holds; the Gluon kernel counts them as the Triton kernel
     does (equal up to the odd block whose fp32 exponent lands on the other side of a rule boundary)."""
