@@ -474,6 +474,8 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
 # replaced): 16 or 32 rows with 16 or 32 tokens within 1.5 % of each other; 8-row tiles 12-15 %, 8-warp 48 % slower
 SAGE_ROWS = (16, 4)
 SAGE_V_TOKENS = (16, 4)
+# K's and V's codes in one launch (`_sage_kv_codes_kernel`) or two (`_int8_rows_kernel`, `_v_fp8_kernel`)
+SAGE_FUSED_CODES = True
 
 
 @triton.jit
@@ -561,10 +563,16 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
         num_warps=warps)
     _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
     n_k_progs = pad_k // rows
-    _sage_kv_codes_kernel[(n_k_progs + pad_k // tb, BH)](
-        k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
-        pad_k, n_k_progs, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA,
-        num_warps=warps)
+    if SAGE_FUSED_CODES:
+        _sage_kv_codes_kernel[(n_k_progs + pad_k // tb, BH)](
+            k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H,
+            Nk, pad_k, n_k_progs, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA,
+            num_warps=warps)
+    else:
+        _int8_rows_kernel[(n_k_progs, BH)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k, D=D, ROWS=rows,
+                                           SUB_MEAN=True, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
+        _v_fp8_kernel[(pad_k // tb, BH)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D,
+                                         TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
 
