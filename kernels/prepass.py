@@ -474,8 +474,6 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
 # replaced): 16 or 32 rows with 16 or 32 tokens within 1.5 % of each other; 8-row tiles 12-15 %, 8-warp 48 % slower
 SAGE_ROWS = (16, 4)
 SAGE_V_TOKENS = (16, 4)
-# K's and V's codes in one launch (`_sage_kv_codes_kernel`) or two (`_int8_rows_kernel`, `_v_fp8_kernel`)
-SAGE_FUSED_CODES = True
 
 
 @triton.jit
@@ -512,27 +510,12 @@ def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
     tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
 
 
-@triton.jit
-def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, pad_k,
-                          n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
-                          OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
-    """The pre-pass's last launch: programs [0, n_k_progs) write smoothed K's INT8 codes, the rest Vᵀ's E4M3
-    codes (`_v_fp8`)."""
-    pid = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    if pid < n_k_progs:
-        _int8_rows(K, KMEAN, KC, KS, sk_b, sk_h, sk_n, sk_d, H, Nk, pad_k, pid, pid_bh, D, ROWS, True, EMULATE_FMA)
-    else:
-        _v_fp8(V, SV, VT, sv_b, sv_h, sv_n, sv_d, H, Nk, pad_k, pid - n_k_progs, pid_bh, D, TB, OPERAND_ORDER,
-               EMULATE_FMA)
-
-
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
-    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Three launches: Q's codes with
-    K's and V's token statistics, the mean and V scales, then K's and V's codes (the five Triton passes and the
-    torch reductions between them, one launch each before, left the GPU waiting on the host between them)."""
+    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Four launches: Q's codes with
+    K's and V's token statistics, the mean and V scales, K's codes, V's codes (five Triton passes and the torch
+    reductions between them before, which left the GPU waiting on the host between launches)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     pad_q = triton.cdiv(Nq, TILE) * TILE
@@ -555,24 +538,18 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     sv = torch.empty((BH, D), device=dev, dtype=torch.float32)
     rows, warps = SAGE_ROWS
     tb, v_warps = SAGE_V_TOKENS
-    assert warps == v_warps, "the fused K/V codes launch runs both passes with one warp count"
     n_q_progs = pad_q // rows
     _sage_q_and_stats_kernel[(n_q_progs + chunks, BH)](
         q, k, v, qc, qs, kpart, vpart, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout),
         H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=_EMULATE_FMA,
         num_warps=warps)
     _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
-    n_k_progs = pad_k // rows
-    if SAGE_FUSED_CODES:
-        _sage_kv_codes_kernel[(n_k_progs + pad_k // tb, BH)](
-            k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H,
-            Nk, pad_k, n_k_progs, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA,
-            num_warps=warps)
-    else:
-        _int8_rows_kernel[(n_k_progs, BH)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k, D=D, ROWS=rows,
+    # K's and V's codes in two launches: one launch with both (programs split by id) measured 1 % slower at
+    # wan-720p and the same at 480p (results/kernels-h200.md, "Session 11")
+    _int8_rows_kernel[(pad_k // rows, BH)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k, D=D, ROWS=rows,
                                            SUB_MEAN=True, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
-        _v_fp8_kernel[(pad_k // tb, BH)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D,
-                                         TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
+    _v_fp8_kernel[(pad_k // tb, BH)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
+                                     OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA, num_warps=v_warps)
     return qc, qs, kc, ks, vt, sv
 
 

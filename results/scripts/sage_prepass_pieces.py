@@ -54,13 +54,6 @@ for name, n in (("wan-480p", 32760), ("wan-720p", 75600)):
         whole=med(lambda: prepass.sage_prepass(q, k, v, "BHND")),
         whole_gluon_order=med(lambda: prepass.sage_prepass(q, k, v, "BHND", operand_order=True)),
     )
-    # session 11: K's and V's codes in one launch (default) or two, alternating, three times each
-    for i in range(3):
-        for fused in (True, False):
-            prepass.SAGE_FUSED_CODES = fused
-            res[name][f"whole_{'fused' if fused else 'split'}_codes_{i}"] = med(
-                lambda: prepass.sage_prepass(q, k, v, "BHND", operand_order=True))
-    prepass.SAGE_FUSED_CODES = True
     default = prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS
     for tiles in (((32, 4), (32, 4)), ((16, 4), (32, 4)), ((32, 4), (16, 4)), ((8, 4), (16, 4)), ((32, 8), (64, 8))):
         prepass.SAGE_ROWS, prepass.SAGE_V_TOKENS = tiles
