@@ -50,7 +50,7 @@ KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank
 
 @gluon.jit
 def _loader(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
-            ds_rows_bh, n_tiles):
+            ds_rows_bh, n_tiles, WORK_LOOP: gl.constexpr):
     """One warp: K and Vᵀ tiles by TMA into the ring; a stage is refilled once both consumers released it.
     With sage2's per-token key scales (MODE 2: ks_s holds one 128-key row per stage) each tile's scales come
     into the K stage on K's barrier: the consumers read them from shared memory in their logits' column layout,
@@ -59,39 +59,51 @@ def _loader(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vrea
     that choice come from the buffers.) The INT4 mode's ΔS table row (ds_s, one 128-key row per stage) comes the
     same way. The ring runs on across the program's work tiles (as `_consumer` walks them): ring count
     r = (work tiles done) · n_tiles + t."""
+    pid = gl.program_id(0)
+    if WORK_LOOP:
+        nprog = gl.num_programs(0)
+        i = 0
+        for w in range(pid, n_work, nprog):
+            _load_work_tile(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, w, i, n_m,
+                            k_rows_bh, ds_rows_bh, n_tiles)
+            i += 1
+    else:
+        _load_work_tile(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, pid, 0, n_m,
+                        k_rows_bh, ds_rows_bh, n_tiles)
+
+
+@gluon.jit
+def _load_work_tile(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, w, i, n_m,
+                    k_rows_bh, ds_rows_bh, n_tiles):
+    """The loader's part of work tile w, the program's i-th: its K, Vᵀ (and scale / ΔS) tiles into the ring."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
+    D: gl.constexpr = k_s.shape[2]
     KS_TILES: gl.constexpr = ks_s.shape[0] == STAGES and ks_s.shape[2] == BN
     DS_TILES: gl.constexpr = ds_s.shape[0] == STAGES and ds_s.shape[2] == BN
-    D: gl.constexpr = k_s.shape[2]
-    pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    i = 0
-    for w in range(pid, n_work, nprog):
-        bh = w // n_m
-        k_row0 = bh * k_rows_bh
-        v_row = bh * D
-        ks_row = bh
-        ds_row = bh * ds_rows_bh + w % n_m
-        for t in range(n_tiles):
-            r = i * n_tiles + t
-            s = r % STAGES
-            # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
-            mbarrier.wait(empty.index(s), ((r // STAGES) & 1) ^ 1, pred=r >= STAGES)
-            if DS_TILES:
-                mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes
-                                + ds_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
-                tma.async_copy_global_to_shared(ds_desc, [ds_row, t * BN], kready.index(s), ds_s.index(s))
-            elif KS_TILES:
-                mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
-            else:
-                mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BN, 0], kready.index(s), k_s.index(s))
-            mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [v_row, t * BN], vready.index(s), v_s.index(s))
-        i += 1
+    bh = w // n_m
+    k_row0 = bh * k_rows_bh
+    v_row = bh * D
+    ks_row = bh
+    ds_row = bh * ds_rows_bh + w % n_m
+    for t in range(n_tiles):
+        r = i * n_tiles + t
+        s = r % STAGES
+        # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
+        mbarrier.wait(empty.index(s), ((r // STAGES) & 1) ^ 1, pred=r >= STAGES)
+        if DS_TILES:
+            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes
+                            + ds_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
+            tma.async_copy_global_to_shared(ds_desc, [ds_row, t * BN], kready.index(s), ds_s.index(s))
+        elif KS_TILES:
+            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(ks_desc, [ks_row, t * BN], kready.index(s), ks_s.index(s))
+        else:
+            mbarrier.expect(kready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BN, 0], kready.index(s), k_s.index(s))
+        mbarrier.expect(vready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [v_row, t * BN], vready.index(s), v_s.index(s))
 
 
 @aggregate
@@ -109,9 +121,10 @@ class Consts:
     PINGPONG: gl.constexpr
     PLEV: gl.constexpr
     SMQ: gl.constexpr
+    WORK_LOOP: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -123,6 +136,7 @@ class Consts:
         self.PINGPONG = gl.constexpr(PINGPONG)
         self.PLEV = gl.constexpr(PLEV)
         self.SMQ = gl.constexpr(SMQ)
+        self.WORK_LOOP = gl.constexpr(WORK_LOOP)
 
 
 @gluon.jit
@@ -133,7 +147,7 @@ def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
               svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, consts.WG,
               consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ, consts.DEFER, consts.EARLY,
-              consts.PINGPONG, consts.PLEV, consts.SMQ)
+              consts.PINGPONG, consts.PLEV, consts.SMQ, consts.WORK_LOOP)
 
 
 @gluon.jit
@@ -379,12 +393,93 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
 
 
 @gluon.jit
+def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD,
+               sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, zero_s,
+               zero_o, offs_n0, offs_d, turn_me, turn_other, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
+               FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
+               PINGPONG: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
+    """Work tile w (query tile w % n_m of b·h w // n_m), the program's i-th: this warpgroup's 64 rows against
+    every key tile, then its output. The ring's count starts at i·n_tiles. WORK_LOOP: more may follow, so the
+    next one's Q load is issued before the epilogue."""
+    BN: gl.constexpr = k_s.shape[1]
+    D: gl.constexpr = k_s.shape[2]
+    NWG: gl.constexpr = qbar.shape[0] // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    pid_m = w % n_m
+    bh = w // n_m
+    m0 = pid_m * (64 * NWG)
+    qs_base = QS + bh.to(gl.int64) * sqs_bh
+    ks_base = KS + bh.to(gl.int64) * sks_bh
+    offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
+    if MODE == 2:
+        c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
+    elif MODE == 3:
+        c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0)  # q scale (c: in the exp2 argument)
+    else:
+        # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
+        qt = (m0 + WG * 64) // 128
+        rq = gl.load(qs_base + qt, mask=qt * 128 < n_q, other=0)
+        c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
+    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([64], gl.float32, row_s)
+    # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
+    n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
+    acc = gl.zeros([64, D], gl.float32, o_layout)
+    g0 = i * n_tiles  # the ring's count at this work tile's first key tile
+    ks_next = _key_scales(ks_base, 0, n_tiles, MODE)
+    mbarrier.wait(qbar.index(WG), i & 1)
+    mbarrier.wait(kready.index(g0 % k_s.shape[0]), (g0 // k_s.shape[0]) & 1)
+    s_tok = warpgroup_mma(qw, k_s.index(g0 % k_s.shape[0]).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)
+    s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+    # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op
+    # on a whole tile, whose rows all have keys)
+    for j in range(n_tiles - 1):
+        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+            j, g0 + j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
+            ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout,
+            col_s, row_o, False, True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
+    s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
+        n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
+        vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me,
+        turn_other, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG,
+        PLEV, SMQ)
+    if WORK_LOOP:
+        # Q's buffer is free (this tile's QKᵀ are all waited for): the next work tile's Q, under the epilogue
+        wn = w + nprog
+        more = wn < n_work
+        mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes, pred=more)
+        tma.async_copy_global_to_shared(q_desc, [(wn // n_m) * q_rows_bh + (wn % n_m) * (64 * NWG) + WG * 64, 0],
+                                        qbar.index(WG), qw, pred=more)
+
+    l_safe = gl.where(l_i > 0, l_i, 1.0)
+    offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
+    if MODE == 2 or MODE == 3:
+        vs = gl.load(VS + bh * svs_bh + offs_d)
+    else:
+        vs = _pow2(gl.maximum(gl.load(VS + bh * svs_bh + offs_d), -126))
+        bad_rows = gl.convert_layout(gl.sum(n_bad, axis=1), row_s)
+        gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, bad_rows, 0), axis=0))
+    out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
+    b = bh // H
+    h = bh % H
+    ptrs = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + offs_mo[:, None] * so_n + offs_d[None, :]
+    gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
+
+
+@gluon.jit
 def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
               svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, WG: gl.constexpr,
               MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
               DEFER: gl.constexpr, EARLY: gl.constexpr, PINGPONG: gl.constexpr, PLEV: gl.constexpr,
-              SMQ: gl.constexpr):
-    """Work tiles w = program, program + programs, ... (w -> query tile w % n_m of head w // n_m): rows
+              SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
+    """Work tile w = program (WORK_LOOP: w = program, program + programs, ...; w -> query tile w % n_m of head
+    w // n_m; `_work_tile`): rows
     m0 + 64·WG + [0, 64) against every key tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued
     together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup). A persistent grid
     (fewer programs than work tiles) keeps the K/Vᵀ ring running across work tiles: the loader fills the next
@@ -418,68 +513,20 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
     mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [(pid // n_m) * q_rows_bh + (pid % n_m) * (64 * NWG) + WG * 64, 0],
                                     qbar.index(WG), qw)
-    i = 0
-    for w in range(pid, n_work, nprog):
-        pid_m = w % n_m
-        bh = w // n_m
-        m0 = pid_m * (64 * NWG)
-        qs_base = QS + bh.to(gl.int64) * sqs_bh
-        ks_base = KS + bh.to(gl.int64) * sks_bh
-        offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
-        if MODE == 2:
-            c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
-        elif MODE == 3:
-            c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0)  # q scale (c: in the exp2 argument)
-        else:
-            # this warpgroup's 64 rows lie in one Q exponent tile (128 rows); past the last tile: unused rows
-            qt = (m0 + WG * 64) // 128
-            rq = gl.load(qs_base + qt, mask=qt * 128 < n_q, other=0)
-            c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
-        m_i = gl.full([64], float("-inf"), gl.float32, row_s)
-        l_i = gl.zeros([64], gl.float32, row_s)
-        # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
-        n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
-        acc = gl.zeros([64, D], gl.float32, o_layout)
-        g0 = i * n_tiles  # the ring's count at this work tile's first key tile
-        ks_next = _key_scales(ks_base, 0, n_tiles, MODE)
-        mbarrier.wait(qbar.index(WG), i & 1)
-        mbarrier.wait(kready.index(g0 % k_s.shape[0]), (g0 // k_s.shape[0]) & 1)
-        s_tok = warpgroup_mma(qw, k_s.index(g0 % k_s.shape[0]).permute((1, 0)), zero_s, use_acc=False,
-                              is_async=True)
-        s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
-        # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op
-        # on a whole tile, whose rows all have keys)
-        for j in range(n_tiles - 1):
-            s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-                j, g0 + j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
-                ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout,
-                col_s, row_o, False, True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
-        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
-            vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me,
-            turn_other, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG,
-            PLEV, SMQ)
-        # Q's buffer is free (this tile's QKᵀ are all waited for): the next work tile's Q, under the epilogue
-        wn = w + nprog
-        more = wn < n_work
-        mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes, pred=more)
-        tma.async_copy_global_to_shared(q_desc, [(wn // n_m) * q_rows_bh + (wn % n_m) * (64 * NWG) + WG * 64, 0],
-                                        qbar.index(WG), qw, pred=more)
-
-        l_safe = gl.where(l_i > 0, l_i, 1.0)
-        offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
-        if MODE == 2 or MODE == 3:
-            vs = gl.load(VS + bh * svs_bh + offs_d)
-        else:
-            vs = _pow2(gl.maximum(gl.load(VS + bh * svs_bh + offs_d), -126))
-            bad_rows = gl.convert_layout(gl.sum(n_bad, axis=1), row_s)
-            gl.atomic_add(BAD, gl.sum(gl.where(offs_m < n_q, bad_rows, 0), axis=0))
-        out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
-        b = bh // H
-        h = bh % H
-        ptrs = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + offs_mo[:, None] * so_n + offs_d[None, :]
-        gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
-        i += 1
+    if WORK_LOOP:
+        i = 0
+        for w in range(pid, n_work, nprog):
+            _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS,
+                       O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
+                       P_SHIFT, zero_s, zero_o, offs_n0, offs_d, turn_me, turn_other, WG, MODE, RULE, FLQ, QMAX, PNQ,
+                       DEFER, EARLY, PINGPONG, PLEV, SMQ, True)
+            i += 1
+    else:
+        # one work tile per program, no loop around it: measured faster for the MXFP4 kernels ("Session 11")
+        _work_tile(pid, 0, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O,
+                   BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
+                   zero_s, zero_o, offs_n0, offs_d, turn_me, turn_other, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY,
+                   PINGPONG, PLEV, SMQ, False)
 
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
@@ -490,9 +537,10 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
                 RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
                 PINGPONG: gl.constexpr, PLEV: gl.constexpr = 15.0, SMQ: gl.constexpr = 0,
-                num_warps: gl.constexpr = 4):
+                WORK_LOOP: gl.constexpr = False, num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
-    w // cdiv(n_q, 128)) go round-robin to the programs, one each or (a persistent grid, PERSIST) several.
+    w // cdiv(n_q, 128)) go round-robin to the programs: one each, or with WORK_LOOP (the programs loop over their
+    work tiles) several when the grid is smaller (a persistent grid, PERSIST).
     q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -531,17 +579,17 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh,
             so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
-             ds_rows_bh, n_tiles)
+             ds_rows_bh, n_tiles, WORK_LOOP)
     if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
                             (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
         # (the default partition keeps the launch's count: it spills, results/kernels-h200.md "Session 7")
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
@@ -564,13 +612,14 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
-           early: bool = False, pingpong: bool = False, persist: bool = False):
+           early: bool = False, pingpong: bool = False, work_loop: bool = False, persist: bool = False):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
-    out = that · H / sqrt(D) as one fp32 matmul (the Triton kernel does it in its epilogue). persist: one program
-    per SM walking the work tiles (the K/Vᵀ ring and the next Q load run on across them) instead of one program
-    per work tile; same arithmetic per tile, so the same output bits."""
+    out = that · H / sqrt(D) as one fp32 matmul (the Triton kernel does it in its epilogue). work_loop: the
+    programs loop over their work tiles (one each unless persist) rather than run one without a loop; persist
+    (implies work_loop): one program per SM walking the work tiles (the K/Vᵀ ring and the next Q load run on
+    across them). Same arithmetic per tile either way, so the same output bits; only the speed differs."""
     import math
 
     import torch
@@ -599,7 +648,8 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, P["sqs"], P["sks"], P["svs"], *sdst[:3], H, BH, Nq,
         Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
-        NWG=nwg, DEFER=defer, EARLY=early, PINGPONG=pingpong, PLEV=float(P.get("plev", 15)), SMQ=smq, num_warps=4)
+        NWG=nwg, DEFER=defer, EARLY=early, PINGPONG=pingpong, PLEV=float(P.get("plev", 15)), SMQ=smq,
+        WORK_LOOP=work_loop or persist, num_warps=4)
     if rot:
         view = torch.as_strided(out, dst.shape, so)
         view.copy_(torch.matmul(dst.double(), P["hv"].double()) * (1.0 / math.sqrt(D)))  # fp64: no TF32 whatever the settings

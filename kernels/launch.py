@@ -155,11 +155,16 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
     # 4 % faster for mxattention, 1 % for sage2-int8, at both Wan shapes)
     # EARLY_QK made the direct-placement MXFP4 kernels (mxfp4-ocp, mxattention-no-pnq-uos) 9 % slower at both Wan
     # shapes ("Session 10", device call 6), the PNQ ones 0-4 % faster
+    # WORK_LOOP: the Gluon programs loop over their work tiles (one each) instead of running one without a loop:
+    # the same instructions per key tile, but ptxas schedules them differently ("Session 11", each against the
+    # other in the same device calls): sage2-int8's kernel 3-5 % faster with it, mxfp4-ocp, -tfs and
+    # mxattention-no-pnq-uos 4-6 % slower, mxattention the same
     if variant == "mx":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True,
-                    EARLY_QK=placement == "pnq")
+                    EARLY_QK=placement == "pnq", WORK_LOOP=False)
     if variant == "sage":
-        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True)
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
+                    WORK_LOOP=True)
     if variant == "int4":
         # DS: how the Q-smoothing term ΔS = q_mean · K_smoothedᵀ is formed: "table" (pre-pass, fp32
         # GEMM into a (q group, key) table the kernel reads 4 bytes per key from) or "fused" (3xTF32 MMA
@@ -174,7 +179,7 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
                "TMA": bool, "maxnreg": int, "GLUON": bool, "DEFER": bool,
-               "EARLY_QK": bool, "PINGPONG": bool, "PERSIST": bool}
+               "EARLY_QK": bool, "PINGPONG": bool, "WORK_LOOP": bool, "PERSIST": bool}
 # keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
@@ -239,6 +244,10 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
         # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong): two more warpgroup
         # barriers per tile; "Session 10": slower than EARLY_QK, so off
         raise ValueError("kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
+    if cfg.get("WORK_LOOP") and not cfg.get("GLUON"):
+        if asked.get("WORK_LOOP"):
+            raise ValueError("kernel config WORK_LOOP (the Gluon programs' loop over work tiles) needs GLUON")
+        cfg["WORK_LOOP"] = False  # the default gives way to the Triton kernel
     if cfg.get("PERSIST") and not cfg.get("GLUON"):
         # one program per SM walking the work tiles: a Gluon-kernel grid
         raise ValueError("kernel config PERSIST (the Gluon kernel's persistent grid) needs GLUON")
@@ -426,7 +435,8 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
                         defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
-                        pingpong=cfg.get("PINGPONG", False), persist=cfg.get("PERSIST", False))
+                        pingpong=cfg.get("PINGPONG", False), work_loop=cfg.get("WORK_LOOP", False),
+                        persist=cfg.get("PERSIST", False))
         st.kernel = "gluon"
     else:
         st.kernel = "triton"

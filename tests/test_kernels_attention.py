@@ -188,13 +188,15 @@ def test_gluon_deferred_stage_release_changes_no_bit(recipe, stages):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("recipe,config", [("sage2-int8", {}), ("sage2-int8", {"EARLY_QK": False}),
-                                           ("sage2-int8", {"PINGPONG": True}), ("mxattention", {}),
+                                           ("sage2-int8", {"PINGPONG": True}), ("sage2-int8", {"WORK_LOOP": False}),
+                                           ("mxattention", {}), ("mxattention", {"WORK_LOOP": True}),
                                            ("mxfp4-ocp", {}), ("rotateattention-half", {"GLUON": True})])
 @pytest.mark.parametrize("b,h,nq,nk,layout", [(2, 40, 1000, 777, "BHND"), (1, 3, 300, 1600, "BNHD")])
 def test_gluon_persistent_grid_changes_no_bit(recipe, config, b, h, nq, nk, layout):
     """config PERSIST: one program per SM walking the work tiles, its K/Vᵀ ring and next-Q loads running on
-    across them, computes each tile as before: the same output bits (and, for MXFP4, the same inexact-block
-    count). (2, 40, 1000, 777): 640 work tiles over the SMs, so each program takes four or five, each of 7 key
+    across them, computes each tile as one program per work tile does (with or without WORK_LOOP, the loop
+    around it; the config's other value runs as the baseline here): the same output bits (and, for MXFP4, the same
+    inexact-block count). (2, 40, 1000, 777): 640 work tiles over the SMs, so each program takes four or five, each of 7 key
     tiles (the last ragged) through a 3- or 4-stage ring, so the ring's phase changes inside a work tile; the
     last query tile ragged too. (1, 3, 300, 1600): fewer work tiles than SMs, a strided (BNHD) output."""
     from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats

@@ -32,6 +32,7 @@ def compile_ws(mode: int, over: dict):
     plev = float(over.pop("PLEV", 15.0))
     const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=qmax,
                  PNQ=mode == 1, NWG=2, DEFER=True, EARLY=False, PINGPONG=False, PLEV=plev, SMQ=2 if mode == 3 else 0,
+                 WORK_LOOP=False,
                  num_warps=4)
     const.update({k: (v == "True" if v in ("True", "False") else int(v)) for k, v in over.items()})
     qk = gl.float8e4nv if mode == 1 else gl.int8
