@@ -157,11 +157,12 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
     # shapes ("Session 10", device call 6), the PNQ ones 0-4 % faster
     # WORK_LOOP: the Gluon programs loop over their work tiles (one each) instead of running one without a loop:
     # the same instructions per key tile, but ptxas schedules them differently ("Session 11", each against the
-    # other in the same device calls): sage2-int8's kernel 3-5 % faster with it, mxfp4-ocp, -tfs and
-    # mxattention-no-pnq-uos 4-6 % slower, mxattention the same
+    # other in the same device calls): sage2-int8's kernel 3-5 % faster with it, mxattention-no-uos (PNQ) 6 %
+    # faster, mxattention the same; the direct-placement MXFP4 kernels (mxfp4-ocp, -tfs, mxattention-no-pnq-uos)
+    # 3-6 % slower: on with PNQ, as EARLY_QK
     if variant == "mx":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True,
-                    EARLY_QK=placement == "pnq", WORK_LOOP=False)
+                    EARLY_QK=placement == "pnq", WORK_LOOP=placement == "pnq")
     if variant == "sage":
         return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
                     WORK_LOOP=True)

@@ -109,14 +109,15 @@ def test_gluon_needs_a_hopper_gpu():
 
 
 def test_work_loop_defaults_per_recipe_family():
-    """WORK_LOOP (the Gluon programs loop over their work tiles) is on for sage2-int8 and off for the MXFP4
-    recipes (each measured the faster, "Session 11"), gives way to the Triton kernel and is refused there."""
+    """WORK_LOOP (the Gluon programs loop over their work tiles) is on for sage2-int8 and the PNQ MXFP4 recipes,
+    off for direct P̃ placement (each measured the faster, "Session 11"), gives way to the Triton kernel and is
+    refused there."""
     from lowbit_video.kernels.launch import merged_config
 
     assert merged_config("sage", 128, None)["WORK_LOOP"] is True
-    assert merged_config("mx", 128, None)["WORK_LOOP"] is False
+    assert merged_config("mx", 128, None)["WORK_LOOP"] is True
     assert merged_config("mx", 128, None, "direct")["WORK_LOOP"] is False
-    assert merged_config("mx", 128, {"WORK_LOOP": True})["WORK_LOOP"] is True
+    assert merged_config("mx", 128, {"WORK_LOOP": True}, "direct")["WORK_LOOP"] is True
     assert merged_config("sage", 128, {"GLUON": False})["WORK_LOOP"] is False
     with pytest.raises(ValueError, match="WORK_LOOP .* needs GLUON"):
         merged_config("sage", 128, {"WORK_LOOP": True, "GLUON": False})
