@@ -14,12 +14,12 @@ in the operand's key order). Each key tile's FP8 P̂·V̂ product goes into a ze
 rescaled accumulator (the per-tile promotion).
 - MODE 2 (prepass.sage_prepass): INT8 Q, K with fp32 per-token scales, Vᵀ E4M3 with per-channel scales; exact
   INT8 QKᵀ (int32) → fp32 · k scale, P̃·2^P_SHIFT = exp2(·) cast to E4M3 (RNE).
-- MODE 3 (prepass.int4_prepass; opt-in with config GLUON, compiled offline for sm_90 but **not yet run on the
-  GPU**): INT4 codes in int8 for Q, K (per-token scales) and Vᵀ (per-channel), both MMAs exact INT8; the ΔS
+- MODE 3 (prepass.int4_prepass; opt-in with config GLUON; GPU-tested since "Session 10"): INT4 codes in int8
+  for Q, K (per-token scales) and Vᵀ (per-channel), both MMAs exact INT8; the ΔS
   table row of the program's q group comes by TMA with each K tile; P̃ codes RNE(PLEV·2^(qk − tile row max)) as
   `_core._tile_update`; a rotated V (ROTV) is undone after the kernel by one fp64 matmul (the Triton kernel does
-  it in its epilogue). Offline: 923 instructions per 64×128 tile and warpgroup, no spills (Triton's MODE 3 key
-  loop: 1018 for the same 64 scores per thread).
+  it in its epilogue). Offline: 884 instructions per 64×128 tile and warpgroup ("Session 11"; 923 before), no
+  spills (Triton's MODE 3 key loop: 1018 for the same 64 scores per thread).
 - MODE 1 (prepass.mx_rows / mx_cols): Q, K E2M1·2^(e_b − R) in E4M3 with one exponent R per 128-token tile, Vᵀ
   folded per channel; P̃·2^8 quantized in-kernel per 32 keys with the recipe's scale rule (`_core.mx_exponent`,
   `_core.e2m1_round_bits`: exact), PNQ or direct placement, P̃ blocks E4M3 cannot hold counted into BAD.
@@ -533,8 +533,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
 @gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_b", "so_h", "so_n", "H", "n_bh", "n_q", "n_kv",
                               "q_rows_bh", "k_rows_bh", "ds_rows_bh"])
 def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n,
-                H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr, MODE: gl.constexpr,
-                RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
+                H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
+                MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
                 PINGPONG: gl.constexpr, PLEV: gl.constexpr = 15.0, SMQ: gl.constexpr = 0,
                 WORK_LOOP: gl.constexpr = False, num_warps: gl.constexpr = 4):
@@ -546,7 +546,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
     128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
     (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
-    MODE 3 (INT4, opt-in, not yet run on the GPU): Q, K INT4 codes in int8 with fp32 per-token scales, Vᵀ INT4
+    MODE 3 (INT4, opt-in): Q, K INT4 codes in int8 with fp32 per-token scales, Vᵀ INT4
     codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
     D: gl.constexpr = k_desc.block_type.shape[1]

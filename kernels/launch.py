@@ -221,7 +221,7 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
         raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8, the "
                          "MXFP4 and the INT4 recipes only")
     if cfg.get("GLUON") and variant == "int4" and cfg.get("DS", "table") != "table":
-        # INT4 under the Gluon kernel: opt-in (compiled offline, not yet run on the GPU), with the ΔS table
+        # INT4 under the Gluon kernel: opt-in (slower than the Triton kernel at wan-480p, "Session 10"), with the ΔS table
         raise ValueError("kernel config GLUON with the INT4 recipes reads the ΔS table: DS must be \"table\"")
     if cfg.get("GLUON") and cfg["NUM_STAGES"] < 2:
         # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself

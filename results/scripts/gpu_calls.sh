@@ -8,7 +8,7 @@
 #                  e.g. "DEFER=true", if set; VARIANTS="r1,r2:K=V K=V;r3:K=V" adds several such rows, each
 #                  group for its own recipes); RECIPES="" skips it
 #   e2e            E2E_RES, E2E_RECIPES (8 blocks; the default kernels, and the Triton kernel if TRITON_ROWS=1)
-# Each call's settings and commit are in results/kernels-h200.md, sections "Session 8" and "Session 9".
+# Each call's settings and commit are in results/kernels-h200.md, sections "Session 8" to "Session 11".
 set -o pipefail
 SHAPES=${SHAPES-"wan-480p wan-720p hunyuan-720p"}
 RECIPES=${RECIPES-"mxattention sage2-int8"}
