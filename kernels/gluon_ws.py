@@ -392,6 +392,12 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
     return s_cur, acc, m_new, l_i, n_bad, ks_next
 
 
+@gluon.constexpr_function
+def _acc_layout(N):
+    """A 64×N wgmma accumulator's register layout (one warpgroup: the logits for N = BLOCK_N, Õ for N = D)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32])
+
+
 @gluon.jit
 def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD,
                sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, zero_s,
@@ -404,8 +410,8 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
     NWG: gl.constexpr = qbar.shape[0] // 2
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 32])
+    s_layout: gl.constexpr = _acc_layout(BN)
+    o_layout: gl.constexpr = _acc_layout(D)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -486,12 +492,9 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
     tile's first stages and this warpgroup's next Q arrives while it writes the current tile's output."""
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 32])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_layout: gl.constexpr = _acc_layout(BN)
+    o_layout: gl.constexpr = _acc_layout(D)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     NWG: gl.constexpr = q_s.shape[0]
     if MODE == 2 or MODE == 3:
         zero_s = gl.zeros([64, BN], gl.int32, s_layout)
