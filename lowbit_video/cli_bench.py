@@ -7,6 +7,11 @@ from typing import Optional
 
 import typer
 
+# kernels.launch.CONFIG_KEYS, spelled out for --help (importing the launcher would load triton on every CLI start;
+# tests/test_kernel_config.py checks the two agree)
+KERNEL_CONFIG_KEYS = ("BLOCK_M", "num_warps", "NUM_STAGES", "PIPE", "DS", "PQ", "WS", "TMA", "maxnreg", "GLUON", "DEFER",
+                      "EARLY_QK", "PINGPONG", "WORK_LOOP", "PERSIST")
+
 
 def register(app: typer.Typer) -> None:
     from .cli import user_errors
@@ -23,7 +28,7 @@ def register(app: typer.Typer) -> None:
         reps: Optional[int] = typer.Option(None, "--reps", min=1, help="Timed calls per measurement (median); default by shape size."),
         config: Optional[list[str]] = typer.Option(
             None, "--config", help="Also time each recipe with this kernel setting, KEY=VALUE (repeat to combine; "
-            "keys BLOCK_M, num_warps, NUM_STAGES, PIPE, DS, PQ, WS, TMA, maxnreg, GLUON, DEFER, EARLY_QK, PINGPONG), as an extra row 'recipe[KEY=VALUE,...]'. "
+            f"keys {', '.join(KERNEL_CONFIG_KEYS)}), as an extra row 'recipe[KEY=VALUE,...]'. "
             "sage2-int8 and the MXFP4 recipes run the Gluon kernel by default; GLUON=false (or any Triton-only key) times "
             "the Triton kernel."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),

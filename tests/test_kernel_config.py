@@ -199,3 +199,12 @@ def test_draft_pair16_with_pipe16_is_refused_at_head_dim_128():
     q = k = v = torch.zeros(1, 1, 64, 128, dtype=torch.float16)
     with pytest.raises(ValueError, match="PAIR16 with PIPE16 fits in shared memory at head_dim 64 only"):
         draft_attention(q, k, v, "draftattention2", geo, config={"PAIR16": True, "PIPE16": True})
+
+
+def test_bench_help_lists_every_kernel_config_key():
+    """`bench kernels --help` spells the launcher's config keys out (so the CLI starts without triton): the two
+    lists must agree."""
+    from lowbit_video.cli_bench import KERNEL_CONFIG_KEYS
+    from lowbit_video.kernels.launch import CONFIG_KEYS
+
+    assert sorted(KERNEL_CONFIG_KEYS) == sorted(CONFIG_KEYS)
