@@ -484,12 +484,12 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
               MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
               DEFER: gl.constexpr, EARLY: gl.constexpr, PINGPONG: gl.constexpr, PLEV: gl.constexpr,
               SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
-    """Work tile w = program (WORK_LOOP: w = program, program + programs, ...; w -> query tile w % n_m of head
-    w // n_m; `_work_tile`): rows
-    m0 + 64·WG + [0, 64) against every key tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued
-    together, then one wait (the order ptxas keeps; the overlap is with the other warpgroup). A persistent grid
-    (fewer programs than work tiles) keeps the K/Vᵀ ring running across work tiles: the loader fills the next
-    tile's first stages and this warpgroup's next Q arrives while it writes the current tile's output."""
+    """One consumer warpgroup: work tile w = program, or with WORK_LOOP w = program, program + programs, ...
+    (w -> query tile w % n_m of b·h w // n_m), each by `_work_tile`: this warpgroup's 64 rows against every key
+    tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued together, then one wait (the order ptxas
+    keeps; the overlap is with the other warpgroup). A persistent grid (fewer programs than work tiles) keeps the
+    K/Vᵀ ring running across work tiles: the loader fills the next tile's first stages and this warpgroup's next Q
+    arrives while it writes the current tile's output."""
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
     s_layout: gl.constexpr = _acc_layout(BN)
@@ -525,7 +525,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
                        DEFER, EARLY, PINGPONG, PLEV, SMQ, True)
             i += 1
     else:
-        # one work tile per program, no loop around it: measured faster for the MXFP4 kernels ("Session 11")
+        # one work tile per program, no loop around it: measured faster for the direct-placement MXFP4 kernels
+        # ("Session 11"; the loop for sage2-int8 and the PNQ ones)
         _work_tile(pid, 0, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O,
                    BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
                    zero_s, zero_o, offs_n0, offs_d, turn_me, turn_other, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY,
