@@ -91,14 +91,14 @@ def int4_p_codes(qk, rmax, mb, PLEV: tl.constexpr, MASKED: tl.constexpr, c=1.0):
     kernel folds sm_scale·log2 e in here, as one FMA with the exponent's shift), rmax = the rows' maximum of qk,
     mb: the running maximum (log2 domain). The RNE is one FMA e·PLEV + 1.5·2^23 (a single rounding, at unit
     steps: the RNE of the exact product), whose low bits are the integer code (e·PLEV <= PLEV, no clamp).
-    Returns (e = 2^(c·(qk − rowmax)), e·PLEV + 1.5·2^23, the tile's row maximum of P̃ (= PLEV·s)); rows with no
-    key in a MASKED tile get codes 0."""
+    Returns (e = 2^(c·(qk − rowmax)), e·PLEV + 1.5·2^23, the tile's row maximum of P̃, the rows' P̃ scale s =
+    that maximum / PLEV); rows with no key in a MASKED tile get codes 0."""
     rmaxc = rmax * c
     pmax = tl.exp2(rmaxc - mb)
     if MASKED:
         rmaxc = tl.where(rmax == float("-inf"), 0.0, rmaxc)
     e = tl.exp2(tl.fma(qk, c, -rmaxc[:, None]))
-    return e, tl.fma(e, PLEV, 12582912.0), pmax
+    return e, tl.fma(e, PLEV, 12582912.0), pmax, pmax / PLEV
 
 
 @triton.jit
@@ -196,8 +196,7 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 3:
-        e, tm, pmax = int4_p_codes(qk, tl.max(qk, axis=1), mb, PLEV, MASKED)
-        sp = pmax / PLEV  # the row's P̃ scale
+        e, tm, pmax, sp = int4_p_codes(qk, tl.max(qk, axis=1), mb, PLEV, MASKED)
         p = tm.to(tl.int32, bitcast=True).to(tl.int8)  # the low byte of 1.5·2^23 + code is the code
         if PNQ:
             l_i = l_i * alpha + tl.sum(tm - 12582912.0, axis=1) * sp

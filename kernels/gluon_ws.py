@@ -339,8 +339,7 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
         m_use = m_new
     alpha = gl.exp2(m_i - m_use)
     if MODE == 3:
-        e, tm, pmax = int4_p_codes(qk, rmax, m_use - P_SHIFT, PLEV, MASKED, ds_scale)  # as the Triton kernel's
-        sp = pmax / PLEV  # the row's P̃ scale
+        e, tm, pmax, sp = int4_p_codes(qk, rmax, m_use - P_SHIFT, PLEV, MASKED, ds_scale)  # as the Triton kernel's
         if PNQ:
             l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1) * sp
         else:
@@ -390,6 +389,15 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
     if not DEFER:
         mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
     return s_cur, acc, m_new, l_i, n_bad, ks_next
+
+
+@gluon.jit
+def _load_q(q_desc, qbar, qw, w, n_m, q_rows_bh, NWG: gl.constexpr, WG: gl.constexpr, pred):
+    """This warpgroup's 64 Q rows of work tile w (query tile w % n_m of b·h w // n_m) into qw by TMA, on its Q
+    barrier (if pred)."""
+    mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(q_desc, [(w // n_m) * q_rows_bh + (w % n_m) * (64 * NWG) + WG * 64, 0],
+                                    qbar.index(WG), qw, pred=pred)
 
 
 @gluon.constexpr_function
@@ -459,9 +467,7 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
         # Q's buffer is free (this tile's QKᵀ are all waited for): the next work tile's Q, under the epilogue
         wn = w + nprog
         more = wn < n_work
-        mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes, pred=more)
-        tma.async_copy_global_to_shared(q_desc, [(wn // n_m) * q_rows_bh + (wn % n_m) * (64 * NWG) + WG * 64, 0],
-                                        qbar.index(WG), qw, pred=more)
+        _load_q(q_desc, qbar, qw, wn, n_m, q_rows_bh, NWG, WG, more)
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
@@ -513,9 +519,7 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     # this warpgroup's first Q tile; each later one is issued as soon as the previous tile's last QKᵀ is done
-    mbarrier.expect(qbar.index(WG), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [(pid // n_m) * q_rows_bh + (pid % n_m) * (64 * NWG) + WG * 64, 0],
-                                    qbar.index(WG), qw)
+    _load_q(q_desc, qbar, qw, pid, n_m, q_rows_bh, NWG, WG, True)
     if WORK_LOOP:
         i = 0
         for w in range(pid, n_work, nprog):

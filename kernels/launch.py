@@ -198,14 +198,24 @@ def with_overrides(defaults: dict, config: dict | None, types: dict, what: str) 
     return cfg
 
 
+def _knob_needs(cfg: dict, asked: dict, key: str, possible, message: str) -> None:
+    """A boolean knob that only works where `possible` holds: a default gives way (turned off), one the caller
+    asked for is refused with `message`."""
+    if cfg.get(key) and not possible:
+        if asked.get(key):
+            raise ValueError(message)
+        cfg[key] = False
+
+
 def merged_config(variant: str, head_dim: int, config: dict | None, placement: str = "pnq") -> dict:
     """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types,
     BLOCK_M / num_warps / NUM_STAGES out of range) so a misspelt knob cannot be silently ignored.
     placement: the recipe's P̃ placement (MXFP4 recipes), which one default depends on."""
     cfg = with_overrides(_config(variant, head_dim, placement), config, CONFIG_KEYS, "kernel config")
-    triton_keys = [key for key in (config or {}) if key in TRITON_ONLY_KEYS]
+    asked = config or {}
+    triton_keys = [key for key in asked if key in TRITON_ONLY_KEYS]
     if triton_keys and cfg.get("GLUON"):
-        if (config or {}).get("GLUON"):
+        if asked.get("GLUON"):
             raise ValueError(f"kernel config {', '.join(triton_keys)} tune(s) the Triton kernel, not GLUON's; "
                              "drop GLUON=true")
         cfg["GLUON"] = False  # a Triton knob asks for the Triton kernel
@@ -221,37 +231,27 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
         raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8, the "
                          "MXFP4 and the INT4 recipes only")
     if cfg.get("GLUON") and variant == "int4" and cfg.get("DS", "table") != "table":
-        # INT4 under the Gluon kernel: opt-in (slower than the Triton kernel at wan-480p, "Session 10"), with the ΔS table
+        # INT4 under the Gluon kernel: opt-in (slower than the Triton kernel at wan-480p, "Session 10"), with the
+        # ΔS table
         raise ValueError("kernel config GLUON with the INT4 recipes reads the ΔS table: DS must be \"table\"")
-    if cfg.get("GLUON") and cfg["NUM_STAGES"] < 2:
-        # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
-        if (config or {}).get("GLUON"):
-            raise ValueError("kernel config GLUON needs NUM_STAGES >= 2")
-        cfg["GLUON"] = False
-    if cfg.get("DEFER") and not (cfg.get("GLUON") and cfg["NUM_STAGES"] >= 3):
-        # the Gluon kernel's deferred stage release: with two stages the loader could not run a tile ahead
-        if (config or {}).get("DEFER"):
-            raise ValueError("kernel config DEFER (the Gluon kernel's deferred stage release) needs GLUON and "
-                             "NUM_STAGES >= 3")
-        cfg["DEFER"] = False
-    asked = config or {}
-    if cfg.get("EARLY_QK") and (not cfg.get("GLUON") or (asked.get("PINGPONG") and "EARLY_QK" not in asked)):
-        # the Gluon kernel issues the next tile's QKᵀ before this tile's softmax (FlashAttention-3's overlap within
-        # a warpgroup): on by default, it gives way to the Triton kernel and to an explicit PINGPONG
-        if asked.get("EARLY_QK"):
-            raise ValueError("kernel config EARLY_QK (the Gluon kernel's early QKᵀ issue) needs GLUON")
-        cfg["EARLY_QK"] = False
-    if cfg.get("PINGPONG") and (not cfg.get("GLUON") or cfg.get("EARLY_QK")):
-        # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong): two more warpgroup
-        # barriers per tile; "Session 10": slower than EARLY_QK, so off
-        raise ValueError("kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
-    if cfg.get("WORK_LOOP") and not cfg.get("GLUON"):
-        if asked.get("WORK_LOOP"):
-            raise ValueError("kernel config WORK_LOOP (the Gluon programs' loop over work tiles) needs GLUON")
-        cfg["WORK_LOOP"] = False  # the default gives way to the Triton kernel
-    if cfg.get("PERSIST") and not cfg.get("GLUON"):
-        # one program per SM walking the work tiles: a Gluon-kernel grid
-        raise ValueError("kernel config PERSIST (the Gluon kernel's persistent grid) needs GLUON")
+    # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
+    _knob_needs(cfg, asked, "GLUON", cfg["NUM_STAGES"] >= 2, "kernel config GLUON needs NUM_STAGES >= 2")
+    # the Gluon kernel's deferred stage release: with two stages the loader could not run a tile ahead
+    _knob_needs(cfg, asked, "DEFER", cfg.get("GLUON") and cfg["NUM_STAGES"] >= 3,
+                "kernel config DEFER (the Gluon kernel's deferred stage release) needs GLUON and NUM_STAGES >= 3")
+    # the Gluon kernel issues the next tile's QKᵀ before this tile's softmax (FlashAttention-3's overlap within a
+    # warpgroup): on by default, it gives way to the Triton kernel and to an explicit PINGPONG
+    _knob_needs(cfg, asked, "EARLY_QK", cfg.get("GLUON") and not (asked.get("PINGPONG") and "EARLY_QK" not in asked),
+                "kernel config EARLY_QK (the Gluon kernel's early QKᵀ issue) needs GLUON")
+    # the two consumers take turns to issue their MMAs (FlashAttention-3's ping-pong): two more warpgroup barriers
+    # per tile; "Session 10": slower than EARLY_QK, so off
+    _knob_needs(cfg, asked, "PINGPONG", cfg.get("GLUON") and not cfg.get("EARLY_QK"),
+                "kernel config PINGPONG (the Gluon consumers taking turns) needs GLUON, without EARLY_QK")
+    _knob_needs(cfg, asked, "WORK_LOOP", cfg.get("GLUON"),
+                "kernel config WORK_LOOP (the Gluon programs' loop over work tiles) needs GLUON")
+    # one program per SM walking the work tiles: a Gluon-kernel grid
+    _knob_needs(cfg, asked, "PERSIST", cfg.get("GLUON"), "kernel config PERSIST (the Gluon kernel's persistent grid) "
+                "needs GLUON")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")

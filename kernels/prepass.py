@@ -486,6 +486,7 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq
     pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
     if pid < n_q_progs:
+        # (no mean subtracted from Q: KPART stands in for the unused MEAN pointer)
         _int8_rows(Q, KPART, QC, QS, sq_b, sq_h, sq_n, sq_d, H, Nq, pad_q, pid, pid_bh, D, ROWS, False, EMULATE_FMA)
     else:
         c = pid - n_q_progs
