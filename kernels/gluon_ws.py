@@ -42,6 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.language.core import _aggregate as aggregate
 
 from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, int4_p_codes, mx_exponent
+from .unrotate import unrotate
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
@@ -283,7 +284,7 @@ def _as_operand(p8, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
+def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
           offs_n0, n_kv, n_tiles, P_SHIFT, ds_scale, zero_s, zero_o, turn_me, turn_other, p_layout: gl.constexpr,
           col_s: gl.constexpr, row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr,
           RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr,
@@ -292,7 +293,8 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
     and P̃·V(j) issued, one wait. EARLY: QKᵀ(j+1) issued before the softmax instead, so that it runs during it
     (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax). PINGPONG:
     the two consumers take turns to issue their MMAs (turn_me / turn_other, one arrival each), so that one's MMAs
-    run while the other computes its softmax (FlashAttention-3's ping-pong), rather than whenever they happen to."""
+    run while the other computes its softmax (FlashAttention-3's ping-pong), rather than whenever they happen to.
+    MODE 3 keeps Õ and ℓ in units of its last tile's P̃ scale (t_i: that tile's reference exponent, see below)."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     st = r % STAGES  # r: the ring's tile count (key tiles of this program's earlier work tiles included)
@@ -337,15 +339,24 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_use = m_new
-    alpha = gl.exp2(m_i - m_use)
     if MODE == 3:
-        e, tm, pmax, sp = int4_p_codes(qk, rmax, m_use - P_SHIFT, PLEV, MASKED, ds_scale)  # as the Triton kernel's
+        # Õ and ℓ in units of this tile's P̃ scale 2^t_new / PLEV, t_new = the tile's row maximum (log2 domain):
+        # the codes' own unit, so the tile's exact product joins Õ by one FMA, Õ·β + P̂·V̂ with β = 2^(t_i − t_new)
+        # (the running maximum cancels), instead of a multiply by its scale and a rescale. A tile more than 2^96
+        # below the running maximum (whose weights are then < 2^−96 of the row's largest) is taken at that floor
+        # instead, so that Õ / 2^t stays finite (|Õ| <= 2^21 codes · 2^(m − t)); it is overstated by less than
+        # 2^−96 · 128·15 of ℓ
+        t_new = gl.maximum(rmax * ds_scale, m_use - 96.0)
+        alpha = gl.exp2(t_i - t_new)  # β (0 on the first tile: t_i = −inf)
+        t_i = t_new
+        e, tm, pmax, sp = int4_p_codes(qk, rmax, t_new, PLEV, MASKED, ds_scale)  # as the Triton kernel's codes
         if PNQ:
-            l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1) * sp
+            l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1)
         else:
-            l_i = l_i * alpha + gl.sum(e, axis=1) * pmax
+            l_i = l_i * alpha + gl.sum(e, axis=1) * PLEV
         p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)  # the low byte is the code
     else:
+        alpha = gl.exp2(m_i - m_use)
         if MODE == 2:
             y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
             p = y
@@ -382,13 +393,13 @@ def _tile(j, r, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kread
     # the tile's FP8 product promoted into the rescaled fp32 accumulator (rescaled after the wait: fewer
     # registers live while the MMAs run)
     if MODE == 3:
-        # the exact INT8 product (|Σ| <= 128·15·7) promoted with the row's P̃ scale
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv.to(gl.float32) * gl.convert_layout(sp, row_o)[:, None]
+        # the exact INT8 product (|Σ| <= 128·15·7), already in the accumulator's unit (above)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv.to(gl.float32)
     else:
         acc = acc * gl.convert_layout(alpha, row_o)[:, None] + pv
     if not DEFER:
         mbarrier.arrive(empty.index(st))  # this warpgroup is done with tile j's stage
-    return s_cur, acc, m_new, l_i, n_bad, ks_next
+    return s_cur, acc, m_new, l_i, t_i, n_bad, ks_next
 
 
 @gluon.jit
@@ -441,6 +452,7 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
         c_row = gl.full([64], 1.0, gl.float32, row_s) * (c * _pow2(gl.maximum(rq, -126)))
     m_i = gl.full([64], float("-inf"), gl.float32, row_s)
     l_i = gl.zeros([64], gl.float32, row_s)
+    t_i = gl.full([64], float("-inf"), gl.float32, row_s)  # MODE 3: the last tile's reference exponent
     # MODE 1: P̃ blocks E4M3 cannot hold exactly, per (row, 32-key block)
     n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
     acc = gl.zeros([64, D], gl.float32, o_layout)
@@ -454,12 +466,12 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op
     # on a whole tile, whose rows all have keys)
     for j in range(n_tiles - 1):
-        s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-            j, g0 + j, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
+        s_cur, acc, m_i, l_i, t_i, n_bad, ks_next = _tile(
+            j, g0 + j, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
             ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout,
             col_s, row_o, False, True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
-    s_cur, acc, m_i, l_i, n_bad, ks_next = _tile(
-        n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
+    s_cur, acc, m_i, l_i, t_i, n_bad, ks_next = _tile(
+        n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
         vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me,
         turn_other, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG,
         PLEV, SMQ)
@@ -502,9 +514,12 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
     o_layout: gl.constexpr = _acc_layout(D)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     NWG: gl.constexpr = q_s.shape[0]
-    if MODE == 2 or MODE == 3:
+    if q_s.dtype == gl.int8:
         zero_s = gl.zeros([64, BN], gl.int32, s_layout)
     else:
+        # E4M3 Q/K: MODE 1, or MODE 3's INT4 codes (integers |c| <= 7 are E4M3 values; |Σ| <= 128·49 < 2^13 is
+        # exact in the FP8 MMA's accumulator, whose 14 significant bits hold every partial sum): fp32 logits
+        # with no conversion per score
         zero_s = gl.zeros([64, BN], gl.float32, s_layout)
     if MODE == 3:
         zero_o = gl.zeros([64, D], gl.int32, o_layout)  # INT4 codes: an exact INT8 P̂·V̂
@@ -624,12 +639,10 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
-    out = that · H / sqrt(D) as one fp32 matmul (the Triton kernel does it in its epilogue). work_loop: the
+    out = that · H / sqrt(D) by `unrotate.unrotate` (the Triton kernel does it in its epilogue). work_loop: the
     programs loop over their work tiles (one each unless persist) rather than run one without a loop; persist
     (implies work_loop): one program per SM walking the work tiles (the K/Vᵀ ring and the next Q load run on
     across them). Same arithmetic per tile either way, so the same output bits; only the speed differs."""
-    import math
-
     import torch
 
     if so[3] != 1:
@@ -659,8 +672,8 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         NWG=nwg, DEFER=defer, EARLY=early, PINGPONG=pingpong, PLEV=float(P.get("plev", 15)), SMQ=smq,
         WORK_LOOP=work_loop or persist, num_warps=4)
     if rot:
-        view = torch.as_strided(out, dst.shape, so)
-        view.copy_(torch.matmul(dst.double(), P["hv"].double()) * (1.0 / math.sqrt(D)))  # fp64: no TF32 whatever the settings
+        # a 3xTF32 pass, as the Triton kernel's epilogue (it replaces a float64 torch matmul: "Session 12")
+        unrotate(dst, P["hv"], out, so)
     return out
 
 

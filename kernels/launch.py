@@ -171,7 +171,10 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
         # GEMM into a (q group, key) table the kernel reads 4 bytes per key from) or "fused" (3xTF32 MMA
         # per key tile against an fp32 copy of K: 64 KB more per tile; head_dim 64 only, at 128 it
         # needs 279552 B of shared memory on the H200, over its 232448)
-        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True)
+        # QK_FP8: the INT4 codes of Q and K stored as E4M3 (integers |c| <= 7 are E4M3 values), so QKᵀ runs on
+        # the FP8 MMA, whose fp32 output needs no int -> float conversion per score; exact: |Σ| <= 128·49 < 2^13
+        # fits the FP8 accumulator's 14 significant bits (tested on the GPU: the same bits as the INT8 MMA)
+        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=True)
     if variant == "nvfp4":
         return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3, PIPE=False)  # PIPE: out of shared memory
     raise ValueError(f"no kernel configuration for variant {variant!r}")
@@ -180,7 +183,7 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
 # Tuning keys a caller may override (config=...), with their types; anything else is a typo, refused.
 CONFIG_KEYS = {"BLOCK_M": int, "num_warps": int, "NUM_STAGES": int, "PIPE": bool, "DS": str, "PQ": bool, "WS": bool,
                "TMA": bool, "maxnreg": int, "GLUON": bool, "DEFER": bool,
-               "EARLY_QK": bool, "PINGPONG": bool, "WORK_LOOP": bool, "PERSIST": bool}
+               "EARLY_QK": bool, "PINGPONG": bool, "WORK_LOOP": bool, "PERSIST": bool, "QK_FP8": bool}
 # keys only the Triton kernel has: setting one selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY_KEYS = ("BLOCK_M", "num_warps", "PIPE", "PQ", "WS", "TMA", "maxnreg")
 
@@ -252,6 +255,8 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
     # one program per SM walking the work tiles: a Gluon-kernel grid
     _knob_needs(cfg, asked, "PERSIST", cfg.get("GLUON"), "kernel config PERSIST (the Gluon kernel's persistent grid) "
                 "needs GLUON")
+    _knob_needs(cfg, asked, "QK_FP8", variant == "int4", "kernel config QK_FP8 (INT4 codes of Q and K as E4M3) "
+                "exists for the INT4 recipes only")
     if cfg.get("WS") and (cfg["num_warps"] < 8 or cfg.get("PIPE")):
         # Triton 3.6 on the H200: its warp-specialization pass asserts at 4 warps (results/kernels-h200.md)
         raise ValueError("kernel config WS (warp specialization) needs num_warps=8 and PIPE=false")
@@ -307,7 +312,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
         raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
     prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
-                    gluon=_gluon(cfg, key_padding_mask is not None, promote, q.device))
+                    gluon=_gluon(cfg, key_padding_mask is not None, promote, q.device),
+                    qk_fp8=cfg.get("QK_FP8", False))
     return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                    promote, cfg, st)
 
@@ -321,9 +327,11 @@ def _gluon(cfg: dict, has_kpm: bool, promote: bool, device: torch.device) -> boo
     return torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False):
+def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
+             qk_fp8=False):
     """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs). gluon: the Gluon
-    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.operand_key`)."""
+    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.operand_key`).
+    qk_fp8 (INT4): Q/K codes as E4M3 rather than int8 (the kernels pick their QKᵀ MMA by that dtype)."""
     dev = q.device
     dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
     rule, flq, qmax = 0, 2, 6.0
@@ -374,7 +382,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             p_shift, pnq = 8.0, spec.placement == "pnq"
         elif variant == "int4":
             mode = MODE_INT4
-            qq, qs, qm, kk, ks, kf, vv, vs = prepass.int4_prepass(q, k, v, layout, spec, rope_segments)
+            qq, qs, qm, kk, ks, kf, vv, vs = prepass.int4_prepass(q, k, v, layout, spec, rope_segments, qk_fp8)
             smq, rotv = (0 if not spec.smooth_q else 2 if ds == "table" else 1), bool(spec.rotate_v)
             if smq == 2:
                 kf = prepass.delta_s_table(qm, kf)
@@ -505,7 +513,8 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
 
     def run_prepass():
         box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments,
-                               cfg.get("DS", "table"), gluon=_gluon(cfg, False, promote, q.device))
+                               cfg.get("DS", "table"), gluon=_gluon(cfg, False, promote, q.device),
+                               qk_fp8=cfg.get("QK_FP8", False))
 
     def run_kernel():
         return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)

@@ -566,7 +566,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
 def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale,
                       D: tl.constexpr, ROWS: tl.constexpr, ROT: tl.constexpr, SUB_MEAN: tl.constexpr,
                       GROUP_MEAN: tl.constexpr, WRITE_F: tl.constexpr, X_F32: tl.constexpr = True):
-    """Q/K rows -> INT4 codes (int8, (B·H, n_pad, D)) and fp32 per-token scales (B·H, n_pad).
+    """Q/K rows -> INT4 codes (OUT's dtype: int8 or E4M3, (B·H, n_pad, D)) and fp32 per-token scales (B·H, n_pad).
     ROT: x @ RM · rot_scale first (RM the ±1/0 integer form of the rotation): for 16-bit x an MMA in x's
     own dtype (±1/0 is exact there, products exact, fp32 accumulation), for fp32 x an IEEE fp32 MMA (88 ms
     per pass at wan-720p on the H200, against ≈ 1 ms in bf16: results/kernels-h200.md). SUB_MEAN: minus MEAN (B·H, D) (K's mean over tokens, already rotated). GROUP_MEAN: this
@@ -593,7 +593,7 @@ def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N
     s = tl.where(s > 0, s, 1.0)
     t = x / s[:, None]
     t = (t + 12582912.0) - 12582912.0  # RNE to an integer (|t| <= 7 + rounding)
-    c = tl.minimum(tl.maximum(t, -7.0), 7.0).to(tl.int8)
+    c = tl.minimum(tl.maximum(t, -7.0), 7.0).to(OUT.dtype.element_ty)  # integers: exact in int8 and E4M3
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c)
     tl.store(SC + pid_bh * n_pad + rows, s)
 
@@ -685,10 +685,12 @@ _HALF = (torch.float16, torch.bfloat16)
 INT4_ROWS = (128, 8)  # rows per program (= the Q smoothing group = the kernel's BLOCK_M), warps
 
 
-def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, spec, rope_segments=None):
-    """INT4 operands: q codes (B·H, Nq_pad, D) int8 and scales (B·H, Nq_pad), q group means (B·H, q tiles,
-    D) (zeros without Q smoothing), k codes and scales, the smoothed full-precision K (B·H, Nk_pad, D)
-    fp32 (a 1-element dummy without Q smoothing), Vᵀ codes (B·H, D, Nk_pad) int8, V channel scales (B·H, D)."""
+def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, spec, rope_segments=None,
+                 qk_fp8: bool = False):
+    """INT4 operands: q codes (B·H, Nq_pad, D) int8 (E4M3 if qk_fp8: the same integers) and scales (B·H,
+    Nq_pad), q group means (B·H, q tiles, D) (zeros without Q smoothing), k codes (as q's) and scales, the smoothed
+    full-precision K (B·H, Nk_pad, D) fp32 (a 1-element dummy without Q smoothing), Vᵀ codes (B·H, D, Nk_pad)
+    int8, V channel scales (B·H, D)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     rows, warps = INT4_ROWS
@@ -698,10 +700,11 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     segs = rope_segments if rope_segments else spec.rope_segments
     rot = rotation_pm1(spec.rotation, D, segs, dev)
     rm, rs = (rot[0], rot[1]) if rot is not None else (torch.zeros((1,), device=dev), 1.0)
-    qc = torch.empty((B * H, pad_q, D), device=dev, dtype=torch.int8)
+    code_dtype = torch.float8_e4m3fn if qk_fp8 else torch.int8
+    qc = torch.empty((B * H, pad_q, D), device=dev, dtype=code_dtype)
     qs = torch.empty((B * H, pad_q), device=dev, dtype=torch.float32)
     qm = torch.zeros((B * H, pad_q // rows, D), device=dev, dtype=torch.float32)
-    kc = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.int8)
+    kc = torch.empty((B * H, pad_k, D), device=dev, dtype=code_dtype)
     ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
     smq = bool(spec.smooth_q)
     kf = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.float32) if smq else torch.zeros((1,), device=dev)

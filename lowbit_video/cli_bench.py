@@ -10,7 +10,7 @@ import typer
 # kernels.launch.CONFIG_KEYS, spelled out for --help (importing the launcher would load triton on every CLI start;
 # tests/test_kernel_config.py checks the two agree)
 KERNEL_CONFIG_KEYS = ("BLOCK_M", "num_warps", "NUM_STAGES", "PIPE", "DS", "PQ", "WS", "TMA", "maxnreg", "GLUON", "DEFER",
-                      "EARLY_QK", "PINGPONG", "WORK_LOOP", "PERSIST")
+                      "EARLY_QK", "PINGPONG", "WORK_LOOP", "PERSIST", "QK_FP8")
 
 
 def register(app: typer.Typer) -> None:

@@ -208,3 +208,18 @@ def test_bench_help_lists_every_kernel_config_key():
     from lowbit_video.kernels.launch import CONFIG_KEYS
 
     assert sorted(KERNEL_CONFIG_KEYS) == sorted(CONFIG_KEYS)
+
+
+def test_qk_fp8_is_an_int4_knob():
+    """QK_FP8 (the INT4 codes of Q and K as E4M3, QKᵀ on the FP8 MMA) is on by default for the INT4 recipes, can be
+    turned off, and is refused for the others rather than silently ignored."""
+    from lowbit_video.kernels.launch import merged_config
+
+    assert merged_config("int4", 128, None)["QK_FP8"] is True
+    assert merged_config("int4", 128, {"QK_FP8": False})["QK_FP8"] is False
+    assert not merged_config("sage", 128, None).get("QK_FP8")
+    for variant in ("sage", "mx", "nvfp4"):
+        with pytest.raises(ValueError, match="QK_FP8 .* INT4 recipes only"):
+            merged_config(variant, 128, {"QK_FP8": True})
+    with pytest.raises(ValueError, match="QK_FP8 must be bool"):
+        merged_config("int4", 128, {"QK_FP8": 1})

@@ -782,6 +782,66 @@ def test_int4_kernel_matches_reference(recipe, outliers, shape, layout, kernel):
         assert rel_l2(out.float().cpu(), attention(*args, recipe, layout=layout).float().cpu()) < 4e-3
 
 
+def _int4_extreme_qkv(nq, nk, d, *, far: bool, seed: int = 0):
+    """Q/K whose INT4 codes are all ±7 (every row ±a·u plus 1 % noise, u one ±1 pattern: the smoothing means
+    leave rows of equal-magnitude entries), so |QKᵀ| reaches 128·49 = 6272 per score. far: K's first key tile
+    along +u, the rest along −u, 3× as large, so every query row has key tiles > 200 nats (> 2^96 in the log2
+    domain) below its best, the strong tile first for half the rows, last for the others."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.where(torch.rand(d, generator=g) < 0.5, -1.0, 1.0)
+    sq = torch.where(torch.rand(nq, 1, generator=g) < 0.5, -1.0, 1.0)
+    q = sq * u + 0.01 * torch.randn(nq, d, generator=g)
+    if far:
+        sk = torch.where(torch.arange(nk)[:, None] < 128, 3.0, -3.0)
+        q = 3.0 * q
+    else:
+        sk = torch.where(torch.rand(nk, 1, generator=g) < 0.5, -1.0, 1.0)
+    k = sk * u + 0.01 * torch.randn(nk, d, generator=g)
+    v = torch.randn(nk, d, generator=g)
+    return tuple(t.reshape(1, 1, *t.shape).expand(1, 2, *t.shape).contiguous().to(torch.bfloat16) for t in (q, k, v))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", ["int4-baseline", "rotateattention-half"])
+@pytest.mark.parametrize("gluon", [False, True])
+@pytest.mark.parametrize("extreme", [False, True])
+def test_int4_fp8_qk_changes_no_bit(recipe, gluon, extreme):
+    """QK_FP8 (INT4 codes as E4M3, QKᵀ on the FP8 MMA) against the INT8 MMA: the same output bits, i.e. the FP8
+    MMA's accumulator sums integer products exactly up to 128·49 (it keeps 14 significant bits, not 24: a
+    hardware property this test pins down), including at that bound (extreme: every code ±7)."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    if extreme:
+        q, k, v = _int4_extreme_qkv(300, 400, 128, far=False)
+    else:
+        q, k, v = make_qkv(1, 3, 300, 400, 128, outliers=True, seed=11)
+    args = [t.cuda() for t in (q, k, v)]
+    base = {"GLUON": True} if gluon else {}
+    st = KernelStats()
+    fp8 = attention(*args, recipe, config=dict(base, QK_FP8=True), stats=st)
+    assert st.kernel == ("gluon" if gluon else "triton")
+    int8 = attention(*args, recipe, config=dict(base, QK_FP8=False))
+    assert torch.equal(fp8, int8)
+    check_against_reference(recipe, q, k, v, fp8)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", ["int4-baseline", "rotateattention-half"])
+@pytest.mark.parametrize("gluon", [False, True])
+def test_int4_key_tiles_far_below_the_maximum(recipe, gluon):
+    """Key tiles > 2^96 (log2 domain) below a row's best, before and after it: the Gluon kernel keeps Õ in units
+    of the last tile's P̃ scale and floors that scale there (else Õ would overflow); the output stays finite and
+    within the reference bound, as the Triton kernel's."""
+    from lowbit_video.kernels.launch import attention
+
+    q, k, v = _int4_extreme_qkv(256, 512, 128, far=True)
+    out = attention(*(t.cuda() for t in (q, k, v)), recipe, config={"GLUON": True} if gluon else None)
+    assert torch.isfinite(out).all()
+    check_against_reference(recipe, q, k, v, out)
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("outliers", [False, True])
@@ -1282,3 +1342,32 @@ def test_delta_s_table_is_fp32_accurate_under_triton_interpreter():
 @needs_cuda
 def test_delta_s_table_is_fp32_accurate_on_gpu():
     _check_delta_s(_delta_s_accuracy("cuda"))
+
+
+_UNROTATE_SCRIPT = textwrap.dedent(
+    """
+    import json, math, torch
+    from lowbit_video.kernels import prepass
+    from lowbit_video.kernels.unrotate import unrotate
+    g = torch.Generator().manual_seed(3)
+    res = {}
+    for d, n, layout in ((64, 70, "BHND"), (128, 130, "BNHD")):
+        x = torch.randn(2, 3, n, d, generator=g) * torch.exp2(torch.randint(-20, 20, (2, 3, n, 1), generator=g).float())
+        hv = prepass._sylvester_pm1(d, torch.float32, "cpu")
+        want = x.double() @ hv.double() / math.sqrt(d)
+        out = torch.empty((2, n, 3, d) if layout == "BNHD" else (2, 3, n, d), dtype=torch.float32)
+        unrotate(x, hv, out, prepass._bhnd_strides(out, layout))
+        got = out.transpose(1, 2) if layout == "BNHD" else out
+        res[f"{d}/{layout}"] = float(((got.double() - want).abs() / want.abs().amax(-1, keepdim=True)).max())
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+def test_unrotate_pass_is_fp32_accurate_under_triton_interpreter():
+    """The Gluon INT4 path's V-Hadamard undo (x·H/sqrt(D), a 3xTF32 MMA) against float64, rows spanning 2^±20,
+    both layouts: within a few fp32 ulps of each row's largest entry (what 3xTF32 keeps)."""
+    res = run_interpreted(_UNROTATE_SCRIPT)
+    for case, err in res.items():
+        assert err < 2e-6, (case, err)

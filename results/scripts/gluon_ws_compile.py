@@ -3,7 +3,8 @@ registers and spills per partition, shared memory, and the consumers' key-loop i
 
     /tmp/t36/bin/python results/scripts/gluon_ws_compile.py MODE [KEY=VALUE ...]
 e.g. `... 1` (mxattention: UOS, PNQ), `... 1 RULE=0 PNQ=False` (mxfp4-ocp), `... 2` (sage2-int8), `... 3 STAGES=3
-P_SHIFT=0` (INT4: rotateattention-half, ΔS table; `SMQ=0` without Q smoothing); D=64, STAGES=3.
+P_SHIFT=0` (INT4: rotateattention-half, ΔS table; `SMQ=0` without Q smoothing; `QK=fp8` its codes as E4M3);
+D=64, STAGES=3.
 """
 import collections
 import os
@@ -30,15 +31,17 @@ def compile_ws(mode: int, over: dict):
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qmax = float(over.pop("QMAX", 6.0))
     plev = float(over.pop("PLEV", 15.0))
+    qk_fp8 = over.pop("QK", "") == "fp8"
     const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=qmax,
                  PNQ=mode == 1, NWG=2, DEFER=True, EARLY=False, PINGPONG=False, PLEV=plev, SMQ=2 if mode == 3 else 0,
                  WORK_LOOP=False,
                  num_warps=4)
     const.update({k: (v == "True" if v in ("True", "False") else int(v)) for k, v in over.items()})
-    qk = gl.float8e4nv if mode == 1 else gl.int8
+    # QK=fp8: MODE 3's INT4 codes as E4M3 (config QK_FP8)
+    qk = gl.float8e4nv if mode == 1 or qk_fp8 else gl.int8
     lay = gl.NVMMASharedLayout.get_default_for
     sc, vs = ("*i32", "*i32") if mode == 1 else ("*fp32", "*fp32")
-    tq = "torch.float8_e4m3fn" if mode == 1 else "torch.int8"
+    tq = "torch.float8_e4m3fn" if qk == gl.float8e4nv else "torch.int8"
     sig = {"q_desc": _mangled([64, D], lay([64, D], qk), tq), "k_desc": _mangled([128, D], lay([128, D], qk), tq),
            "v_desc": (_mangled([D, 128], lay([D, 128], gl.int8), "torch.int8") if mode == 3 else
                       _mangled([D, 128], lay([D, 128], gl.float8e4nv), "torch.float8_e4m3fn")),

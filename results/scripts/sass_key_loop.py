@@ -8,7 +8,7 @@ Usage (a Triton 3.6 environment; torch is not needed):
     /tmp/t36/bin/python results/scripts/sass_key_loop.py MODE [KEY=VALUE ...]
 e.g. `... 1` (mxattention's defaults), `... 1 PQ=False`, `... 2 BLOCK_M=64 num_warps=4 NUM_STAGES=3 PIPE=False
 P_SHIFT=8.807354857564112 QMAX=6.0 PNQ=False` (sage2-int8), `... 3 SMQ=2 ROTV=True P_FP8=False P_SHIFT=0.0
-PNQ=False NUM_STAGES=3` (rotateattention-half)."""
+PNQ=False NUM_STAGES=3` (rotateattention-half; `QK=fp8` with its Q/K codes as E4M3)."""
 
 import collections
 import os
@@ -33,7 +33,9 @@ def compile_attn(mode: int, overrides: dict):
     if mode == 2:
         ptr.update(Q="*i8", K="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
     if mode == 3:
-        ptr.update(Q="*i8", K="*i8", VT="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
+        # QK=fp8: the INT4 codes of Q and K as E4M3 (config QK_FP8)
+        qk = "*fp8e4nv" if overrides.pop("QK", "") == "fp8" else "*i8"
+        ptr.update(Q=qk, K=qk, VT="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
     const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=True, RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
                  PROMOTE=True, PQ=True, BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, PLEV=15, SMQ=0, ROTV=False, PROW=False,
                  PIPE=True, WS=False, TMA=False, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
