@@ -3,12 +3,13 @@
 #   GPU tests      TESTS=1, TEST_FILES, TESTS_K (a pytest -k expression)
 #   pre-pass       SAGE_PIECES=1: results/scripts/sage_prepass_pieces.py (the sage2 pre-pass piece by piece);
 #                  INT4_PIECES=1: results/scripts/int4_prepass_pieces.py (rotateattention-half's, and its ΔS table)
+#   unrotate       UNROTATE=1: results/scripts/unrotate_h200.py (the Gluon INT4 output's V-Hadamard undo, timed)
 #   bench kernels  SHAPES, RECIPES (those in TRITON_RECIPES, default all, also as "recipe[GLUON=False]", the
 #                  Triton kernel, if TRITON_ROWS=1; and as "recipe[K=V,...]" with the kernel config VARIANT_CONFIG,
 #                  e.g. "DEFER=true", if set; VARIANTS="r1,r2:K=V K=V;r3:K=V" adds several such rows, each
 #                  group for its own recipes); RECIPES="" skips it
 #   e2e            E2E_RES, E2E_RECIPES (8 blocks; the default kernels, and the Triton kernel if TRITON_ROWS=1)
-# Each call's settings and commit are in results/kernels-h200.md, sections "Session 8" to "Session 11".
+# Each call's settings and commit are in results/kernels-h200.md, sections "Session 8" to "Session 12".
 set -o pipefail
 SHAPES=${SHAPES-"wan-480p wan-720p hunyuan-720p"}
 RECIPES=${RECIPES-"mxattention sage2-int8"}
@@ -32,6 +33,10 @@ fi
 if [ "${INT4_PIECES:-0}" = 1 ]; then
   timeout 200 python3 results/scripts/int4_prepass_pieces.py > $OUT/int4_pieces.json 2> $OUT/int4_pieces.err
   cat $OUT/int4_pieces.json; tail -c 600 $OUT/int4_pieces.err
+fi
+if [ "${UNROTATE:-0}" = 1 ]; then
+  timeout 60 python3 results/scripts/unrotate_h200.py > $OUT/unrotate.json 2> $OUT/unrotate.err
+  cat $OUT/unrotate.json; tail -c 400 $OUT/unrotate.err
 fi
 if [ -n "$RECIPES" ]; then
 timeout ${BENCH_LIMIT:-300} python3 -c "
