@@ -14,12 +14,13 @@ in the operand's key order). Each key tile's FP8 P̂·V̂ product goes into a ze
 rescaled accumulator (the per-tile promotion).
 - MODE 2 (prepass.sage_prepass): INT8 Q, K with fp32 per-token scales, Vᵀ E4M3 with per-channel scales; exact
   INT8 QKᵀ (int32) → fp32 · k scale, P̃·2^P_SHIFT = exp2(·) cast to E4M3 (RNE).
-- MODE 3 (prepass.int4_prepass; opt-in with config GLUON; GPU-tested since "Session 10"): INT4 codes in int8
-  for Q, K (per-token scales) and Vᵀ (per-channel), both MMAs exact INT8; the ΔS
-  table row of the program's q group comes by TMA with each K tile; P̃ codes RNE(PLEV·2^(qk − tile row max)) as
-  `_core._tile_update`; a rotated V (ROTV) is undone after the kernel by one fp64 matmul (the Triton kernel does
-  it in its epilogue). Offline: 884 instructions per 64×128 tile and warpgroup ("Session 11"; 923 before), no
-  spills (Triton's MODE 3 key loop: 1018 for the same 64 scores per thread).
+- MODE 3 (prepass.int4_prepass; the INT4 recipes' default kernel on Hopper since "Session 12"): INT4 codes of Q,
+  K (per-token scales) as E4M3 (QK_FP8: an exact FP8 QKᵀ with fp32 output) or int8, Vᵀ's (per-channel) in int8
+  (an exact INT8 P̂·V̂); the ΔS table row of the program's q group comes by TMA with each K tile; P̃ codes
+  RNE(PLEV·2^(qk − tile row max)) as `_core._tile_update`; Õ and ℓ kept in units of the last tile's P̃ scale, so
+  the int32 product joins Õ by one FMA; a rotated V (ROTV) is undone after the kernel by `unrotate` (the Triton
+  kernel does it in its epilogue). Offline: 758 instructions per 64×128 tile and warpgroup with the defaults
+  ("Session 12"; 884 in session 11), no spills (Triton's MODE 3 key loop: 959 for the same 64 scores per thread).
 - MODE 1 (prepass.mx_rows / mx_cols): Q, K E2M1·2^(e_b − R) in E4M3 with one exponent R per 128-token tile, Vᵀ
   folded per channel; P̃·2^8 quantized in-kernel per 32 keys with the recipe's scale rule (`_core.mx_exponent`,
   `_core.e2m1_round_bits`: exact), PNQ or direct placement, P̃ blocks E4M3 cannot hold counted into BAD.
@@ -569,7 +570,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
     128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
     (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
-    MODE 3 (INT4, opt-in): Q, K INT4 codes in int8 with fp32 per-token scales, Vᵀ INT4
+    MODE 3 (INT4): Q, K INT4 codes in int8 or E4M3 with fp32 per-token scales, Vᵀ INT4
     codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
     D: gl.constexpr = k_desc.block_type.shape[1]

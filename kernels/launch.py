@@ -7,8 +7,9 @@ Supported recipes (`supports(spec)` says which and why not):
 - sage2-int8: K smoothing, INT8 per-token Q/K, FP8 per-channel V, FP8 P̃ with a static scale;
 - INT4 (rotateattention-half, -interleaved, -full, int4-baseline): rotation none / interleaved / half /
   hadamard and Q/K smoothing in the pre-pass, INT4 per-token Q/K and per-channel V (optionally after
-  V·H, undone in the kernel's epilogue) as int8 codes on exact INT8 MMAs, P̃ per row of each 128-key
-  tile with 16 affine levels (range-rectified) or 8 symmetric ones.
+  V·H, undone after the kernel) as integer codes on exact MMAs (Q/K as E4M3 on the FP8 MMA with the Gluon
+  kernel, config QK_FP8; otherwise int8), P̃ per row of each 128-key tile with 16 affine levels
+  (range-rectified) or 8 symmetric ones.
 - NVFP4 (nvfp4, sage-nvfp4): MODE 4 (exact fp16 MMAs on E2M1·E4M3 values), GPU-tested on the H200;
 - draft (draftattention2, draftattention-sparse16, 64-token blocks): supported, but run through
   `kernels.draft.draft_attention` (it needs the video geometry); `attention()` refuses it.
@@ -173,8 +174,12 @@ def _config(variant: str, head_dim: int, placement: str = "pnq") -> dict:
         # needs 279552 B of shared memory on the H200, over its 232448)
         # QK_FP8: the INT4 codes of Q and K stored as E4M3 (integers |c| <= 7 are E4M3 values), so QKᵀ runs on
         # the FP8 MMA, whose fp32 output needs no int -> float conversion per score; exact: |Σ| <= 128·49 < 2^13
-        # fits the FP8 accumulator's 14 significant bits (tested on the GPU: the same bits as the INT8 MMA)
-        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=True)
+        # fits the FP8 accumulator's 14 significant bits (GPU test: the same bits as the INT8 MMA). None: with the
+        # Gluon kernel only (the Triton kernel measured 5 % slower with it, "Session 12").
+        # GLUON with DEFER, EARLY_QK and WORK_LOOP: rotateattention-half 1.16× cuDNN at wan-720p against the
+        # Triton kernel's 0.93–0.97× in the same run ("Session 12", call 1)
+        return dict(BLOCK_M=INT4_BLOCK_M, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=None,
+                    GLUON=True, DEFER=True, EARLY_QK=True, WORK_LOOP=True)
     if variant == "nvfp4":
         return dict(BLOCK_M=NVFP4_BLOCK_M, num_warps=8, NUM_STAGES=3, PIPE=False)  # PIPE: out of shared memory
     raise ValueError(f"no kernel configuration for variant {variant!r}")
@@ -234,9 +239,10 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
         raise ValueError("kernel config GLUON (the warp-specialized Gluon kernel) exists for sage2-int8, the "
                          "MXFP4 and the INT4 recipes only")
     if cfg.get("GLUON") and variant == "int4" and cfg.get("DS", "table") != "table":
-        # INT4 under the Gluon kernel: opt-in (slower than the Triton kernel at wan-480p, "Session 10"), with the
-        # ΔS table
-        raise ValueError("kernel config GLUON with the INT4 recipes reads the ΔS table: DS must be \"table\"")
+        # the Gluon kernel's INT4 mode reads the ΔS table; DS=fused is a Triton-kernel path
+        if asked.get("GLUON"):
+            raise ValueError("kernel config GLUON with the INT4 recipes reads the ΔS table: DS must be \"table\"")
+        cfg["GLUON"] = False
     # its next tile's QKᵀ is issued while this tile's stage is in use: one stage would wait on itself
     _knob_needs(cfg, asked, "GLUON", cfg["NUM_STAGES"] >= 2, "kernel config GLUON needs NUM_STAGES >= 2")
     # the Gluon kernel's deferred stage release: with two stages the loader could not run a tile ahead
@@ -311,9 +317,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     if variant == "int4" and cfg.get("DS") == "fused" and spec.smooth_q and D > 64:
         # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
         raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
+    gluon = _gluon(cfg, key_padding_mask is not None, promote, q.device)
     prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
-                    gluon=_gluon(cfg, key_padding_mask is not None, promote, q.device),
-                    qk_fp8=cfg.get("QK_FP8", False))
+                    gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
     return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                    promote, cfg, st)
 
@@ -325,6 +331,11 @@ def _gluon(cfg: dict, has_kpm: bool, promote: bool, device: torch.device) -> boo
     if not cfg.get("GLUON") or has_kpm or not promote or device.type != "cuda":
         return False
     return torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def _qk_fp8(cfg: dict, gluon: bool) -> bool:
+    """INT4 Q/K codes as E4M3: as config QK_FP8 says, or (None, the default) where the Gluon kernel runs."""
+    return bool(cfg["QK_FP8"]) if cfg.get("QK_FP8") is not None else gluon
 
 
 def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
@@ -512,9 +523,9 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
     box = {}
 
     def run_prepass():
+        gluon = _gluon(cfg, False, promote, q.device)
         box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments,
-                               cfg.get("DS", "table"), gluon=_gluon(cfg, False, promote, q.device),
-                               qk_fp8=cfg.get("QK_FP8", False))
+                               cfg.get("DS", "table"), gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
 
     def run_kernel():
         return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)

@@ -12,23 +12,26 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS = 64
+ROWS = 128  # rows per MMA
+TILES = 8  # row tiles per program: H (64 KB at D = 128) is read once per program, not once per tile
 
 
 @triton.jit
-def _unrotate_kernel(X, HV, O, so_b, so_h, so_n, H, N, scale, D: tl.constexpr, ROWS: tl.constexpr):
-    """One (row tile, b·h): X (B·H, N, D) fp32 contiguous -> O (strides so_*, head_dim contiguous)."""
+def _unrotate_kernel(X, HV, O, so_b, so_h, so_n, H, N, scale, D: tl.constexpr, ROWS: tl.constexpr,
+                     TILES: tl.constexpr):
+    """TILES row tiles of one b·h: X (B·H, N, D) fp32 contiguous -> O (strides so_*, head_dim contiguous)."""
     pid_t = tl.program_id(0)
     bh = tl.program_id(1)
-    rows = pid_t * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, D)
-    inb = (rows < N)[:, None]
-    x = tl.load(X + bh.to(tl.int64) * N * D + rows[:, None] * D + cols[None, :], mask=inb, other=0.0)
     hv = tl.load(HV + tl.arange(0, D)[:, None] * D + cols[None, :])
-    out = tl.dot(x, hv, input_precision="tf32x3") * scale
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    tl.store(O + b * so_b + h * so_h + rows[:, None] * so_n + cols[None, :], out.to(O.dtype.element_ty), mask=inb)
+    x_base = X + bh.to(tl.int64) * N * D
+    o_base = O + (bh // H).to(tl.int64) * so_b + (bh % H).to(tl.int64) * so_h
+    for t in range(TILES):
+        rows = (pid_t * TILES + t) * ROWS + tl.arange(0, ROWS)
+        inb = (rows < N)[:, None]
+        x = tl.load(x_base + rows[:, None] * D + cols[None, :], mask=inb, other=0.0)
+        out = tl.dot(x, hv, input_precision="tf32x3") * scale
+        tl.store(o_base + rows[:, None] * so_n + cols[None, :], out.to(O.dtype.element_ty), mask=inb)
 
 
 def unrotate(x: torch.Tensor, hv: torch.Tensor, out: torch.Tensor, so) -> torch.Tensor:
@@ -37,6 +40,7 @@ def unrotate(x: torch.Tensor, hv: torch.Tensor, out: torch.Tensor, so) -> torch.
     B, H, N, D = x.shape
     if not x.is_contiguous() or so[3] != 1:
         raise ValueError("unrotate: x contiguous and out's head_dim contiguous")
-    _unrotate_kernel[(triton.cdiv(N, ROWS), B * H)](x, hv.contiguous(), out, so[0], so[1], so[2], H, N,
-                                                      1.0 / math.sqrt(D), D=D, ROWS=ROWS, num_warps=4)
+    _unrotate_kernel[(triton.cdiv(N, ROWS * TILES), B * H)](x, hv.contiguous(), out, so[0], so[1], so[2], H, N,
+                                                              1.0 / math.sqrt(D), D=D, ROWS=ROWS, TILES=TILES,
+                                                              num_warps=8)
     return out

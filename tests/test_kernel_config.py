@@ -134,7 +134,7 @@ def test_persist_is_a_gluon_knob():
     with pytest.raises(ValueError, match="PERSIST .* needs GLUON"):
         merged_config("mx", 128, {"PERSIST": True, "BLOCK_M": 64})  # a Triton knob: the Triton kernel
     with pytest.raises(ValueError, match="PERSIST .* needs GLUON"):
-        merged_config("int4", 128, {"PERSIST": True})  # INT4 runs the Triton kernel unless GLUON is asked for
+        merged_config("int4", 128, {"PERSIST": True, "GLUON": False})
 
 
 def test_defer_is_a_gluon_knob_with_three_stages():
@@ -151,7 +151,7 @@ def test_defer_is_a_gluon_knob_with_three_stages():
     with pytest.raises(ValueError, match="DEFER .* needs GLUON and NUM_STAGES >= 3"):
         merged_config("mx", 128, {"DEFER": True, "NUM_STAGES": 2})
     with pytest.raises(ValueError, match="DEFER .* needs GLUON"):
-        merged_config("int4", 128, {"DEFER": True})
+        merged_config("int4", 128, {"DEFER": True, "PIPE": True})  # a Triton knob: the Triton kernel
 
 
 def test_early_qk_is_a_gluon_default_and_pingpong_opt_in():
@@ -165,13 +165,13 @@ def test_early_qk_is_a_gluon_default_and_pingpong_opt_in():
     assert merged_config("mx", 128, None, "direct")["EARLY_QK"] is False
     assert merged_config("mx", 128, {"EARLY_QK": True}, "direct")["EARLY_QK"] is True
     assert merged_config("sage", 128, None, "direct")["EARLY_QK"] is True
-    assert not merged_config("int4", 128, None).get("EARLY_QK")
+    assert merged_config("int4", 128, None)["EARLY_QK"] is True  # "Session 12": rotateattention-half 1.16× with it
     assert merged_config("sage", 128, {"GLUON": False})["EARLY_QK"] is False
     assert merged_config("mx", 128, {"BLOCK_M": 64})["EARLY_QK"] is False  # a Triton knob: the Triton kernel
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
         merged_config("sage", 128, {"EARLY_QK": True, "GLUON": False})
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
-        merged_config("int4", 128, {"EARLY_QK": True})
+        merged_config("int4", 128, {"EARLY_QK": True, "GLUON": False})
     assert not merged_config("mx", 128, None).get("PINGPONG")
     cfg = merged_config("sage", 128, {"PINGPONG": True})
     assert cfg["PINGPONG"] is True and cfg["EARLY_QK"] is False
@@ -211,11 +211,17 @@ def test_bench_help_lists_every_kernel_config_key():
 
 
 def test_qk_fp8_is_an_int4_knob():
-    """QK_FP8 (the INT4 codes of Q and K as E4M3, QKᵀ on the FP8 MMA) is on by default for the INT4 recipes, can be
-    turned off, and is refused for the others rather than silently ignored."""
-    from lowbit_video.kernels.launch import merged_config
+    """QK_FP8 (the INT4 codes of Q and K as E4M3, QKᵀ on the FP8 MMA) defaults to "where the Gluon kernel runs"
+    for the INT4 recipes (the Triton kernel measured slower with it), can be set either way, and is refused for the
+    others rather than silently ignored."""
+    from lowbit_video.kernels.launch import _qk_fp8, merged_config
 
-    assert merged_config("int4", 128, None)["QK_FP8"] is True
+    assert _qk_fp8(merged_config("int4", 128, None), gluon=True) is True
+    assert _qk_fp8(merged_config("int4", 128, None), gluon=False) is False
+    assert _qk_fp8(merged_config("int4", 128, {"QK_FP8": True}), gluon=False) is True
+    assert _qk_fp8(merged_config("int4", 128, {"QK_FP8": False}), gluon=True) is False
+
+    assert merged_config("int4", 128, None)["QK_FP8"] is None  # auto: with the Gluon kernel
     assert merged_config("int4", 128, {"QK_FP8": False})["QK_FP8"] is False
     assert not merged_config("sage", 128, None).get("QK_FP8")
     for variant in ("sage", "mx", "nvfp4"):

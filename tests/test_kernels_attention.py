@@ -132,7 +132,7 @@ def test_kernel_matches_reference(recipe, outliers, shape, layout):
     out = attention(*(to_layout(t, layout).cuda() for t in (q, k, v)), recipe, layout=layout, stats=st)
     finalize_stats(st)
     # the default kernel: Gluon for sage2-int8 and the MXFP4 recipes (8-bit operands), Triton otherwise
-    gluon = st.variant in ("mx", "sage") and not (st.qk_fallback or st.v_fallback)
+    gluon = st.variant in ("mx", "sage", "int4") and not (st.qk_fallback or st.v_fallback)
     assert st.kernel == ("gluon" if gluon else "triton"), (st.variant, st.kernel)
     check_against_reference(recipe, q, k, v, from_layout(out, layout))
 
@@ -260,17 +260,18 @@ def test_operand_key_order_swaps_the_accumulator_and_operand_columns():
 
 
 def test_gluon_config_is_refused_where_it_does_not_apply():
-    """GLUON is on by default for sage2-int8 and the MXFP4 recipes; a knob only the Triton kernel has selects
+    """GLUON is on by default for sage2-int8, the MXFP4 and the INT4 recipes; a knob only the Triton kernel has selects
     the Triton kernel, and asking for both is refused rather than one of them silently ignored."""
     from lowbit_video.kernels.launch import merged_config
 
     with pytest.raises(ValueError, match="GLUON .* sage2-int8, the MXFP4 and the INT4 recipes only"):
         merged_config("nvfp4", 128, {"GLUON": True})
-    assert merged_config("int4", 128, {"GLUON": True})["GLUON"] is True  # opt-in
+    assert merged_config("int4", 128, None)["GLUON"] is True  # by default since "Session 12"
+    assert merged_config("int4", 64, {"DS": "fused"})["GLUON"] is False  # a Triton-kernel path: the default gives way
     with pytest.raises(ValueError, match="GLUON with the INT4 recipes reads the ΔS table"):
         merged_config("int4", 64, {"GLUON": True, "DS": "fused"})
     assert merged_config("mx", 128, None)["GLUON"] is True and merged_config("sage", 64, None)["GLUON"] is True
-    assert not merged_config("int4", 128, None).get("GLUON") and not merged_config("dense", 128, None).get("GLUON")
+    assert not merged_config("dense", 128, None).get("GLUON")
     with pytest.raises(ValueError, match="GLUON needs NUM_STAGES >= 2"):
         merged_config("sage", 128, {"GLUON": True, "NUM_STAGES": 1})
     assert merged_config("sage", 128, {"NUM_STAGES": 1})["GLUON"] is False
@@ -767,19 +768,20 @@ def _check_int4_prepass(res):
 @pytest.mark.parametrize("kernel", ["triton", "gluon"])
 def test_int4_kernel_matches_reference(recipe, outliers, shape, layout, kernel):
     """The INT4 kernels against the reference engine. kernel "gluon": the warp-specialized kernel's INT4 mode
-    (opt-in, config GLUON), held to the same bound and within a few output ulps of the Triton kernel (same operands
-    and arithmetic; fp32 rounding order and the V rotation's matmul differ)."""
+    (the default on Hopper), held to the same bound and within a few output ulps of the Triton kernel (GLUON=false;
+    the same codes; fp32 rounding order, Õ's unit and the V rotation's pass differ)."""
     from lowbit_video.kernels.launch import KernelStats, attention
 
     b, h, nq, nk, d = shape
     q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
     args = [to_layout(t, layout).cuda() for t in (q, k, v)]
     st = KernelStats()
-    out = attention(*args, recipe, layout=layout, config={"GLUON": True} if kernel == "gluon" else None, stats=st)
+    out = attention(*args, recipe, layout=layout, config={"GLUON": kernel == "gluon"}, stats=st)
     assert st.kernel == kernel
     check_against_reference(recipe, q, k, v, from_layout(out, layout))
     if kernel == "gluon":
-        assert rel_l2(out.float().cpu(), attention(*args, recipe, layout=layout).float().cpu()) < 4e-3
+        tri = attention(*args, recipe, layout=layout, config={"GLUON": False})
+        assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3
 
 
 def _int4_extreme_qkv(nq, nk, d, *, far: bool, seed: int = 0):
