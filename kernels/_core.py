@@ -453,7 +453,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
     else:
         c_row = tl.full((BLOCK_M,), 1.0, tl.float32) * sm_scale_log2
 
-    kf_base = KF + pid_bh * skf_bh
+    kf_base = KF + pid_bh.to(tl.int64) * skf_bh  # the ΔS table passes 2^31 elements at hunyuan-720p (24 heads)
     if SMQ == 2:
         kf_base = kf_base + pid_m * sqm_bh  # sqm_bh: the table's row stride (one row per q group)
     qm16 = tl.zeros((16, HEAD_DIM), tl.float32)

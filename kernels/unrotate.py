@@ -1,7 +1,10 @@
 """Undo the INT4 recipes' V Hadamard on an attention output: out = x · H / sqrt(D), H the ±1 Sylvester matrix.
 
-The Triton kernel does this in its epilogue; the Gluon kernel writes fp32 and this pass follows it. The product
-is a 3xTF32 MMA, as in that epilogue (fp32-level accuracy: H is exact in TF32, x is split into two TF32 parts).
+The Triton kernel does this in its epilogue (a 3xTF32 MMA); the Gluon kernel writes fp32 and this pass follows it.
+H is exact in TF32, so two TF32 MMAs suffice: x = x_hi + x_lo with x_hi = x's top 11 significant bits (exact in
+TF32) and x_lo the exact remainder, which the MMA keeps to TF32's 11 bits: within 2^-21 of |x|, what 3xTF32
+keeps. (Triton's 3xTF32 splits H too and, at 128 rows, ran out of shared memory; a bf16 split is exact on the
+GPU but the CPU interpreter's bf16 MMA is not usable.)
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS = 128  # rows per MMA
-TILES = 8  # row tiles per program: H (64 KB at D = 128) is read once per program, not once per tile
+ROWS = 64  # rows per MMA (with 2 stages: 104 KB of shared memory at D = 128, two programs per SM)
+TILES = 16  # row tiles per program: H (64 KB at D = 128) is read once per program, not once per tile
 
 
 @triton.jit
@@ -30,7 +33,8 @@ def _unrotate_kernel(X, HV, O, so_b, so_h, so_n, H, N, scale, D: tl.constexpr, R
         rows = (pid_t * TILES + t) * ROWS + tl.arange(0, ROWS)
         inb = (rows < N)[:, None]
         x = tl.load(x_base + rows[:, None] * D + cols[None, :], mask=inb, other=0.0)
-        out = tl.dot(x, hv, input_precision="tf32x3") * scale
+        x_hi = (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)  # mantissa's low 13 bits cleared
+        out = (tl.dot(x_hi, hv, input_precision="tf32") + tl.dot(x - x_hi, hv, input_precision="tf32")) * scale
         tl.store(o_base + rows[:, None] * so_n + cols[None, :], out.to(O.dtype.element_ty), mask=inb)
 
 
@@ -42,5 +46,5 @@ def unrotate(x: torch.Tensor, hv: torch.Tensor, out: torch.Tensor, so) -> torch.
         raise ValueError("unrotate: x contiguous and out's head_dim contiguous")
     _unrotate_kernel[(triton.cdiv(N, ROWS * TILES), B * H)](x, hv.contiguous(), out, so[0], so[1], so[2], H, N,
                                                               1.0 / math.sqrt(D), D=D, ROWS=ROWS, TILES=TILES,
-                                                              num_warps=8)
+                                                              num_warps=4, num_stages=2)
     return out

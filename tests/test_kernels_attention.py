@@ -18,6 +18,7 @@ The INT4 variant (RotateAttention, int4-baseline; section "INT4 (issue 7)" below
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -784,6 +785,25 @@ def test_int4_kernel_matches_reference(recipe, outliers, shape, layout, kernel):
         assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3
 
 
+@pytest.mark.gpu
+@needs_cuda
+def test_int4_kernels_agree_past_2_31_table_elements():
+    """HunyuanVideo 720p's shape (24 heads × 119056 tokens): the ΔS table has 24·931·119168 > 2^31 elements, which
+    the Triton kernel once addressed in int32 (an illegal memory access in "Session 12"'s bench). The two kernels
+    agree there (same bound as test_int4_kernel_matches_reference's) and the output is finite; a reference on the
+    CPU would take too long at this size."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v = (torch.randn(1, 24, 119056, 128, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    st = KernelStats()
+    tri = attention(q, k, v, "rotateattention-half", config={"GLUON": False}, stats=st)
+    assert st.kernel == "triton" and torch.isfinite(tri).all()
+    glu = attention(q, k, v, "rotateattention-half", config={"GLUON": True}, stats=st)
+    assert st.kernel == "gluon" and torch.isfinite(glu).all()
+    assert rel_l2(tri.float(), glu.float()) < 4e-3
+
+
 def _int4_extreme_qkv(nq, nk, d, *, far: bool, seed: int = 0):
     """Q/K whose INT4 codes are all ±7 (every row ±a·u plus 1 % noise, u one ±1 pattern: the smoothing means
     leave rows of equal-magnitude entries), so |QKᵀ| reaches 128·49 = 6272 per score. far: K's first key tile
@@ -819,7 +839,7 @@ def test_int4_fp8_qk_changes_no_bit(recipe, gluon, extreme):
     else:
         q, k, v = make_qkv(1, 3, 300, 400, 128, outliers=True, seed=11)
     args = [t.cuda() for t in (q, k, v)]
-    base = {"GLUON": True} if gluon else {}
+    base = {"GLUON": gluon}
     st = KernelStats()
     fp8 = attention(*args, recipe, config=dict(base, QK_FP8=True), stats=st)
     assert st.kernel == ("gluon" if gluon else "triton")
@@ -839,7 +859,7 @@ def test_int4_key_tiles_far_below_the_maximum(recipe, gluon):
     from lowbit_video.kernels.launch import attention
 
     q, k, v = _int4_extreme_qkv(256, 512, 128, far=True)
-    out = attention(*(t.cuda() for t in (q, k, v)), recipe, config={"GLUON": True} if gluon else None)
+    out = attention(*(t.cuda() for t in (q, k, v)), recipe, config={"GLUON": gluon})
     assert torch.isfinite(out).all()
     check_against_reference(recipe, q, k, v, out)
 
@@ -1346,30 +1366,47 @@ def test_delta_s_table_is_fp32_accurate_on_gpu():
     _check_delta_s(_delta_s_accuracy("cuda"))
 
 
-_UNROTATE_SCRIPT = textwrap.dedent(
-    """
-    import json, math, torch
+def _unrotate_errors(device):
+    """kernels/unrotate.py against float64 on `device`: the largest error relative to each row's largest entry,
+    rows spanning 2^±20, head_dim 64 / 128, both layouts, ragged row tiles."""
     from lowbit_video.kernels import prepass
     from lowbit_video.kernels.unrotate import unrotate
+
     g = torch.Generator().manual_seed(3)
     res = {}
-    for d, n, layout in ((64, 70, "BHND"), (128, 130, "BNHD")):
+    for d, n, layout in ((64, 70, "BHND"), (128, 1100, "BNHD")):
         x = torch.randn(2, 3, n, d, generator=g) * torch.exp2(torch.randint(-20, 20, (2, 3, n, 1), generator=g).float())
         hv = prepass._sylvester_pm1(d, torch.float32, "cpu")
         want = x.double() @ hv.double() / math.sqrt(d)
-        out = torch.empty((2, n, 3, d) if layout == "BNHD" else (2, 3, n, d), dtype=torch.float32)
-        unrotate(x, hv, out, prepass._bhnd_strides(out, layout))
-        got = out.transpose(1, 2) if layout == "BNHD" else out
+        out = torch.empty((2, n, 3, d) if layout == "BNHD" else (2, 3, n, d), dtype=torch.float32, device=device)
+        unrotate(x.to(device), hv.to(device), out, prepass._bhnd_strides(out, layout))
+        got = (out.transpose(1, 2) if layout == "BNHD" else out).cpu()
         res[f"{d}/{layout}"] = float(((got.double() - want).abs() / want.abs().amax(-1, keepdim=True)).max())
-    print(json.dumps(res))
+    return res
+
+
+_UNROTATE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from test_kernels_attention import _unrotate_errors
+    print(json.dumps(_unrotate_errors("cpu")))
     """
 )
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
 def test_unrotate_pass_is_fp32_accurate_under_triton_interpreter():
-    """The Gluon INT4 path's V-Hadamard undo (x·H/sqrt(D), a 3xTF32 MMA) against float64, rows spanning 2^±20,
-    both layouts: within a few fp32 ulps of each row's largest entry (what 3xTF32 keeps)."""
-    res = run_interpreted(_UNROTATE_SCRIPT)
+    """The Gluon INT4 path's V-Hadamard undo (x·H/sqrt(D) as two TF32 MMAs on x's high and low parts) against
+    float64: within 2e-6 of each row's largest entry (2xTF32 keeps x to 2^-21; the interpreter's MMAs are fp32)."""
+    res = run_interpreted(_UNROTATE_SCRIPT.format(tests=str(REPO / "tests")))
     for case, err in res.items():
+        assert err < 2e-6, (case, err)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_unrotate_pass_is_fp32_accurate_on_gpu():
+    """As above with the GPU's TF32 MMAs (inputs truncated to TF32's 11 significant bits)."""
+    for case, err in _unrotate_errors("cuda").items():
         assert err < 2e-6, (case, err)
