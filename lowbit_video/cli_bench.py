@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         config: Optional[list[str]] = typer.Option(
             None, "--config", help="Also time each recipe with this kernel setting, KEY=VALUE (repeat to combine; "
             f"keys {', '.join(KERNEL_CONFIG_KEYS)}), as an extra row 'recipe[KEY=VALUE,...]'. "
-            "sage2-int8 and the MXFP4 recipes run the Gluon kernel by default; GLUON=false (or any Triton-only key) times "
+            "sage2-int8, the MXFP4 and the INT4 recipes run the Gluon kernel by default; GLUON=false (or any Triton-only key) times "
             "the Triton kernel."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
