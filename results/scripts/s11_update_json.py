@@ -10,6 +10,11 @@ at 480p / 720p from call 4 replace their rows.
 Usage (on the kernels-h200.json of 2d3bdba): python3 results/scripts/s11_update_json.py"""
 
 import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from json_fold import replace_e2e, replace_rows, run  # noqa: E402
 
 path = "results/kernels-h200.json"
 d = json.load(open(path))
@@ -30,25 +35,9 @@ new = ([dict(r, run="session11_call5") for r in c5["rows"] if plain(r) and r["re
        + [dict(r, run="session11_call3") for r in c3["rows"] if plain(r) and r["shape"] == "hunyuan-720p"
           and r["recipe"] in ("sage2-int8", "mxattention", "mxattention-no-uos")]
        + [dict(r, run="session11_call2") for r in c2n["rows"] if plain(r) and r["recipe"] == "rotateattention-half"])
-keys = {(r["shape"], r["recipe"]) for r in new}
-assert len(keys) == len(new), "one row per (shape, recipe)"
-superseded = [r for r in d["rows"] if (r["shape"], r["recipe"]) in keys]
-d["rows"] = [r for r in d["rows"] if (r["shape"], r["recipe"]) not in keys] + new
+superseded = replace_rows(d, new)
 
-e2e4 = load("e2e-h200-session11-call4.json")
-base = {r["resolution"]: r["ms"] for r in e2e4 if r["recipe"] == "sdpa-cudnn"}
-e2e_new = [dict(r, run="session11_call4", model="wan2.1-t2v-14b", ratio_cudnn=r["x_cudnn"], cudnn_ms=base[r["resolution"]])
-           for r in e2e4 if r["recipe"] != "sdpa-cudnn"]
-replaced = {(r["model"], r["resolution"], r["recipe"]) for r in e2e_new}
-d["e2e_history"]["rows"] += [r for r in d["e2e"] if (r["model"], r["resolution"], r["recipe"]) in replaced]
-d["e2e"] = sorted([r for r in d["e2e"] if (r["model"], r["resolution"], r["recipe"]) not in replaced] + e2e_new,
-                  key=lambda r: (r["resolution"], -r["ratio_cudnn"]))
-
-
-def run(c, what=None):
-    out = {"rows": c["rows"], "baselines": c["baselines"]}
-    return dict(out, what=what) if what else out
-
+e2e_new = replace_e2e(d, load("e2e-h200-session11-call4.json"), "session11_call4")
 
 d["session11"] = {
     "what": "WORK_LOOP (the Gluon programs loop over their work tiles): on for sage2-int8 and the PNQ MXFP4 recipes, "

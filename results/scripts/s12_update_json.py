@@ -9,6 +9,11 @@ as measured.
 Usage (on the kernels-h200.json of e3a6120): python3 results/scripts/s12_update_json.py"""
 
 import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from json_fold import replace_e2e, replace_rows, run  # noqa: E402
 
 path = "results/kernels-h200.json"
 d = json.load(open(path))
@@ -21,25 +26,10 @@ def load(name):
 c1, c3 = load("call1-bench.json"), load("call3-bench.json")
 plain = lambda r: not r["options"]  # noqa: E731  (rows without a config variant)
 new = [dict(r, run="session12_call3") for r in c3["rows"] if plain(r)]
-keys = {(r["shape"], r["recipe"]) for r in new}
-assert len(keys) == len(new) == 12, "one row per (shape, recipe): 4 INT4 recipes x 3 shapes"
-superseded = [r for r in d["rows"] if (r["shape"], r["recipe"]) in keys]
-d["rows"] = [r for r in d["rows"] if (r["shape"], r["recipe"]) not in keys] + new
+assert len(new) == 12, "4 INT4 recipes x 3 shapes"
+superseded = replace_rows(d, new)
 
-e2e3 = load("call3-e2e.json")
-base = {r["resolution"]: r["ms"] for r in e2e3 if r["recipe"] == "sdpa-cudnn"}
-e2e_new = [dict(r, run="session12_call3", model="wan2.1-t2v-14b", ratio_cudnn=r["x_cudnn"], cudnn_ms=base[r["resolution"]])
-           for r in e2e3 if r["recipe"] != "sdpa-cudnn"]
-replaced = {(r["model"], r["resolution"], r["recipe"]) for r in e2e_new}
-d["e2e_history"]["rows"] += [r for r in d["e2e"] if (r["model"], r["resolution"], r["recipe"]) in replaced]
-d["e2e"] = sorted([r for r in d["e2e"] if (r["model"], r["resolution"], r["recipe"]) not in replaced] + e2e_new,
-                  key=lambda r: (r["resolution"], -r["ratio_cudnn"]))
-
-
-def run(c, what=None):
-    out = {"rows": c["rows"], "baselines": c["baselines"]}
-    return dict(out, what=what) if what else out
-
+e2e_new = replace_e2e(d, load("call3-e2e.json"), "session12_call3")
 
 d["session12"] = {
     "what": "INT4 recipes on the Gluon kernel by default: QK_FP8 (Q/K INT4 codes as E4M3, an exact FP8 QK^T with "

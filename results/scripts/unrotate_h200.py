@@ -3,24 +3,17 @@ of sessions 9-11 against kernels/unrotate.py (3xTF32), CUDA events, median of 5;
     python3 results/scripts/unrotate_h200.py > OUT.json"""
 import json
 import math
+import statistics
 
 import torch
 
+from lowbit_video.bench.kernels import cuda_times
 from lowbit_video.kernels import prepass
 from lowbit_video.kernels.unrotate import unrotate
 
 
-def med(fn, reps=5):
-    fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
+def med(fn):
+    return statistics.median(cuda_times(fn, warmup=1, reps=5))
 
 
 B, H, N, D = 1, 40, 75600, 128
