@@ -3,7 +3,7 @@
 Rows: the four INT4 recipes (rotateattention-half / -interleaved / -full, int4-baseline) at wan-480p, wan-720p and
 hunyuan-720p from call 3, the final code (the Gluon kernel by default, QK_FP8, Õ in the last tile's P̃ units, the
 2xTF32 unrotate pass); they replace older rows of the same (shape, recipe). `e2e`: rotateattention-half at 480p /
-720p from call 3. Call 1 (first version: Gluon INT4 opt-in, 3xTF32 unrotate at 64 rows) and call 2 (failed rows:
+720p from call 3, the other three INT4 recipes at 720p from call 5. Call 1 (first version: Gluon INT4 opt-in, 3xTF32 unrotate at 64 rows) and call 2 (failed rows:
 the unrotate pass out of shared memory, the Triton INT4 kernel's int32 ΔS-table offset at hunyuan-720p) are kept
 as measured.
 Usage (on the kernels-h200.json of e3a6120): python3 results/scripts/s12_update_json.py"""
@@ -29,7 +29,8 @@ new = [dict(r, run="session12_call3") for r in c3["rows"] if plain(r)]
 assert len(new) == 12, "4 INT4 recipes x 3 shapes"
 superseded = replace_rows(d, new)
 
-e2e_new = replace_e2e(d, load("call3-e2e.json"), "session12_call3")
+e2e_new = (replace_e2e(d, load("call3-e2e.json"), "session12_call3")
+           + replace_e2e(d, load("call5-e2e.json"), "session12_call5"))
 
 d["session12"] = {
     "what": "INT4 recipes on the Gluon kernel by default: QK_FP8 (Q/K INT4 codes as E4M3, an exact FP8 QK^T with "
@@ -45,6 +46,7 @@ d["session12"] = {
     "call3": run(c3, "final code: the four INT4 recipes (Gluon by default), rotateattention-half with GLUON=false "
                      "(the Triton kernel) and QK_FP8=false"),
     "call3_unrotate": load("call3-unrotate.json"),
+    "call5_e2e": load("call5-e2e.json"),
     "superseded_rows": superseded,
 }
 json.dump(d, open(path, "w"), indent=1)
