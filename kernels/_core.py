@@ -84,21 +84,21 @@ def e4m3_round(t):
 
 
 @triton.jit
-def int4_p_codes(qk, rmax, mb, PLEV: tl.constexpr, MASKED: tl.constexpr, c=1.0):
-    """INT4 P̃ of one tile (MODE 3; also the Gluon kernel's): codes RNE(P̃ / s) with s = the tile's row maximum
-    of P̃ / PLEV, i.e. RNE(PLEV·2^(c·(qk − rowmax qk))), straight from the logits (m cancels), one exp2 per
-    element, the row maximum's code exactly PLEV. qk·c: the logits in the log2 domain (c > 0, a scalar: the Gluon
-    kernel folds sm_scale·log2 e in here, as one FMA with the exponent's shift), rmax = the rows' maximum of qk,
-    mb: the running maximum (log2 domain). The RNE is one FMA e·PLEV + 1.5·2^23 (a single rounding, at unit
-    steps: the RNE of the exact product), whose low bits are the integer code (e·PLEV <= PLEV, no clamp).
-    Returns (e = 2^(c·(qk − rowmax)), e·PLEV + 1.5·2^23, the tile's row maximum of P̃, the rows' P̃ scale s =
-    that maximum / PLEV); rows with no key in a MASKED tile get codes 0."""
+def int4_p_codes(qk, rmax, PLEV: tl.constexpr, MASKED: tl.constexpr, c=1.0):
+    """INT4 P̃ codes of one tile (MODE 3; also the Gluon kernel's): RNE(P̃ / s) with s = the tile's row maximum
+    of P̃ / PLEV, i.e. RNE(PLEV·2^(c·(qk − rowmax qk))), straight from the logits (the running maximum cancels),
+    one exp2 per element, the row maximum's code exactly PLEV. qk·c: the logits in the log2 domain (c > 0, a
+    scalar: the Gluon kernel folds sm_scale·log2 e in here, as one FMA with the exponent's shift), rmax = the
+    rows' maximum of qk. The RNE is one FMA e·PLEV + 1.5·2^23 (a single rounding, at unit steps: the RNE of the
+    exact product), whose low bits are the integer code (e·PLEV <= PLEV, no clamp). Returns (e = 2^(c·(qk −
+    rowmax)), e·PLEV + 1.5·2^23); rows with no key in a MASKED tile get codes 0. The scale s is the caller's:
+    the Triton kernel's 2^(c·rowmax − m) / PLEV against the running maximum m, the Gluon kernel keeps its
+    accumulator in units of s."""
     rmaxc = rmax * c
-    pmax = tl.exp2(rmaxc - mb)
     if MASKED:
         rmaxc = tl.where(rmax == float("-inf"), 0.0, rmaxc)
     e = tl.exp2(tl.fma(qk, c, -rmaxc[:, None]))
-    return e, tl.fma(e, PLEV, 12582912.0), pmax, pmax / PLEV
+    return e, tl.fma(e, PLEV, 12582912.0)
 
 
 @triton.jit
@@ -196,7 +196,10 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
         else:
             l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
     elif MODE == 3:
-        e, tm, pmax, sp = int4_p_codes(qk, tl.max(qk, axis=1), mb, PLEV, MASKED)
+        rmax = tl.max(qk, axis=1)
+        e, tm = int4_p_codes(qk, rmax, PLEV, MASKED)
+        pmax = tl.exp2(rmax - mb)  # the tile's row maximum of P̃ (0 for a row with no key in a masked tile)
+        sp = pmax / PLEV  # the rows' P̃ scale
         p = tm.to(tl.int32, bitcast=True).to(tl.int8)  # the low byte of 1.5·2^23 + code is the code
         if PNQ:
             l_i = l_i * alpha + tl.sum(tm - 12582912.0, axis=1) * sp

@@ -350,7 +350,7 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         t_new = gl.maximum(rmax * ds_scale, m_use - 96.0)
         alpha = gl.exp2(t_i - t_new)  # β (0 on the first tile: t_i = −inf)
         t_i = t_new
-        e, tm, pmax, sp = int4_p_codes(qk, rmax, t_new, PLEV, MASKED, ds_scale)  # as the Triton kernel's codes
+        e, tm = int4_p_codes(qk, rmax, PLEV, MASKED, ds_scale)  # as the Triton kernel's codes
         if PNQ:
             l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1)
         else:
