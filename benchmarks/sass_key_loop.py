@@ -1,0 +1,219 @@
+"""Instruction counts of an attention kernel's key loop, from an offline sm_90 compile (no GPU needed).
+
+Compiles the Triton kernel (kernels/_core.py `attn_fwd`) or the warp-specialized Gluon kernel
+(kernels/gluon_ws.py `attn_ws_fwd`) for cuda:90 with the specializations the launcher gives it (pointer and
+stride divisibility 16, unit strides as constants), disassembles it with the `cuobjdump` Triton ships, and prints
+the registers / stack / shared memory and the instruction histogram of the key loop (Triton: the two longest
+backward-branch loops; Gluon: the consumers' loops that issue a wgmma and one exp2 per score). These counts are
+the "where the time goes" figures of results/kernels-h200.md: the 8-bit kernels are issue-bound, so fewer
+instructions per key tile is what makes a kernel faster.
+
+Needs triton (3.6 for the H200 figures) on Linux x86-64; torch is not needed (it is stubbed out).
+
+Examples (MODE: 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4; 0 dense is Triton only):
+    python benchmarks/sass_key_loop.py gluon 1                  # mxattention (UOS, PNQ)
+    python benchmarks/sass_key_loop.py gluon 1 RULE=0 PNQ=False # mxfp4-ocp
+    python benchmarks/sass_key_loop.py gluon 2                  # sage2-int8
+    python benchmarks/sass_key_loop.py gluon 3 STAGES=3 P_SHIFT=0 QK=fp8   # rotateattention-half (QK_FP8)
+    python benchmarks/sass_key_loop.py triton 3 SMQ=2 ROTV=True P_FP8=False P_SHIFT=0.0 PNQ=False NUM_STAGES=3 QK=fp8
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def _value(raw: str):
+    """A KEY=VALUE setting's value as the kernel's constexpr: bool, int, float or the string."""
+    if raw in ("True", "False", "true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def _import_kernels():
+    """Import the repository's kernels/ package with torch stubbed out (kernels/ needs torch only at call time)."""
+    import unittest.mock
+
+    sys.modules.setdefault("torch", unittest.mock.MagicMock())
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+
+
+def compile_triton(mode: int, over: dict):
+    """The Triton kernel attn_fwd for sm_90; `over`: constexpr overrides, num_warps, maxnreg, QK=fp8."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    _import_kernels()
+    from kernels._core import attn_fwd
+
+    names = attn_fwd.arg_names
+    ptr = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": "*bf16", "QS": "*i32", "KS": "*i32", "VS": "*i32",
+           "KPM": "*i8", "BAD": "*i32", "KF": "*fp32", "QM": "*fp32", "HV": "*fp32"}
+    qk_fp8 = over.pop("QK", "") == "fp8"  # the INT4 codes of Q and K as E4M3 (config QK_FP8)
+    if mode == 2:
+        ptr.update(Q="*i8", K="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
+    if mode == 3:
+        qk = "*fp8e4nv" if qk_fp8 else "*i8"
+        ptr.update(Q=qk, K=qk, VT="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
+    const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=True, RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
+                 PROMOTE=True, PQ=True, BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, PLEV=15, SMQ=0, ROTV=False, PROW=False,
+                 PIPE=True, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
+    warps, opts = int(over.pop("num_warps", 8)), {}
+    if "maxnreg" in over:  # a compile option (.maxnreg), not a constexpr
+        opts["maxnreg"] = int(over.pop("maxnreg"))
+    const.update(over)
+    const = {k: v for k, v in const.items() if k in names}  # settings the kernel no longer has are ignored
+    sig = {n: "constexpr" if n in const else ptr.get(n) or ("fp32" if n in ("sm_scale_log2", "rotv_scale") else "i32")
+           for n in names}
+    not16 = {"sqs_bh", "sks_bh", "H", "sm_scale_log2", "rotv_scale"}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n] != "constexpr" and n not in not16}
+    src = ASTSource(fn=attn_fwd, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, num_stages=const.get("NUM_STAGES", 3), **opts))
+
+
+def _descriptor_type(block, layout, dtype):
+    """The signature string of a TMA descriptor argument with this block, shared layout and torch dtype name."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    class FakeTensor:  # what TensorDescriptor reads off a torch tensor
+        def data_ptr(self):
+            return 1024
+
+    FakeTensor.dtype = dtype
+    return mangle_type(TensorDescriptor(FakeTensor(), [1 << 20, block[1]], [block[1], 1], block, layout))
+
+
+def compile_gluon(mode: int, over: dict):
+    """The warp-specialized Gluon kernel attn_ws_fwd for sm_90; `over`: constexpr overrides, D, STAGES, QK=fp8."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    _import_kernels()
+    from kernels.gluon_ws import KS_LAYOUT, attn_ws_fwd
+
+    D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
+    qk_fp8 = over.pop("QK", "") == "fp8"
+    const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=6.0, PNQ=mode == 1, NWG=2,
+                 DEFER=True, EARLY=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False, num_warps=4)
+    const.update(over)
+    qk = gl.float8e4nv if mode == 1 or qk_fp8 else gl.int8
+    lay = gl.NVMMASharedLayout.get_default_for
+    sc, vs = ("*i32", "*i32") if mode == 1 else ("*fp32", "*fp32")
+    tq = "torch.float8_e4m3fn" if qk == gl.float8e4nv else "torch.int8"
+    sig = {"q_desc": _descriptor_type([64, D], lay([64, D], qk), tq),
+           "k_desc": _descriptor_type([128, D], lay([128, D], qk), tq),
+           "v_desc": (_descriptor_type([D, 128], lay([D, 128], gl.int8), "torch.int8") if mode == 3 else
+                      _descriptor_type([D, 128], lay([D, 128], gl.float8e4nv), "torch.float8_e4m3fn")),
+           "QS": sc, "KS": sc, "VS": vs, "O": "*bf16",
+           "ks_desc": (_descriptor_type([1, 128], KS_LAYOUT, "torch.float32") if mode in (2, 3)
+                       else _descriptor_type([128, D], lay([128, D], qk), tq)),
+           "ds_desc": (_descriptor_type([1, 128], KS_LAYOUT, "torch.float32") if mode == 3 and const["SMQ"] == 2
+                       else _descriptor_type([128, D], lay([128, D], qk), tq)),
+           "BAD": "*i32", "c": "fp32", "P_SHIFT": "fp32"}
+    names = attn_ws_fwd.arg_names
+    const = {k: v for k, v in const.items() if k in names}  # settings the kernel no longer has are ignored
+    for n in names:
+        sig.setdefault(n, "constexpr" if n in const else "i32")
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("QS", "KS", "VS", "O", "so_b", "so_h") if n in names}
+    src = GluonASTSource(fn=attn_ws_fwd, signature={n: sig[n] for n in names},
+                         constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def sass_of(kernel, path: str):
+    """(SASS text, "REG:n STACK:n shared n") of a compiled kernel, through the cuobjdump Triton ships."""
+    import triton
+
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with open(path, "wb") as f:
+        f.write(kernel.asm["cubin"])
+    sass = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-sass", path],
+                          capture_output=True, text=True, check=True).stdout
+    res = subprocess.run([os.path.join(bindir, "cuobjdump"), "--dump-resource-usage", path],
+                         capture_output=True, text=True, check=True).stdout
+    return sass, " ".join(re.findall(r"(REG:\d+|STACK:\d+)", res)) + f" shared {kernel.metadata.shared}"
+
+
+def loop_spans(sass: str):
+    """(instructions [(address, text)], [(length, first, last)] of every backward-branch loop, longest first)."""
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(2).strip()))
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    found = []
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"BRA\s.*?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            found.append((i - at[int(m.group(1), 16)] + 1, at[int(m.group(1), 16)], i))
+    return ins, sorted(found, reverse=True)
+
+
+def histogram(ins, first: int, last: int) -> collections.Counter:
+    """Opcode counts (predicates and modifiers stripped) of instructions first..last."""
+    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for _, t in ins[first:last + 1])
+
+
+def key_loops(sass: str, kernel: str):
+    """[(length, histogram)] of the key loop(s) of the kernel's SASS."""
+    ins, found = loop_spans(sass)
+    if kernel == "triton":  # the two longest loops: the key loop (and its peeled copy when there is one)
+        return [(n, histogram(ins, a, b)) for n, a, b in found[:2]]
+    # Gluon: the shortest loops that issue a wgmma and one exp2 per score (>= 60 MUFU): the consumers' key loops
+    loops = [(n, histogram(ins, a, b)) for n, a, b in found]
+    loops = [(n, h) for n, h in loops if (h["QGMMA"] or h["IGMMA"]) and h["MUFU"] >= 60]
+    return sorted(loops, key=lambda x: x[0])[:2]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kernel", choices=("triton", "gluon"), help="kernels/_core.py attn_fwd or kernels/gluon_ws.py attn_ws_fwd")
+    ap.add_argument("mode", type=int, choices=(0, 1, 2, 3, 4), help="0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4")
+    ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
+                    help="constexpr overrides (e.g. PQ=False NUM_STAGES=3), num_warps=N, maxnreg=N (Triton), "
+                         "D=64 / STAGES=3 (Gluon), QK=fp8 (INT4 Q/K codes as E4M3)")
+    ap.add_argument("--cubin", default="/tmp/sass_key_loop.cubin", help="where to write the compiled cubin")
+    args = ap.parse_args(argv)
+    over = {}
+    for item in args.settings:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            ap.error(f"settings are KEY=VALUE, got {item!r}")
+        over[key] = raw if key == "QK" else _value(raw)
+    if args.kernel == "gluon" and args.mode not in (1, 2, 3):
+        ap.error("the Gluon kernel has modes 1 (MXFP4), 2 (sage2-int8) and 3 (INT4)")
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        print("error: triton is not installed (pip install triton==3.6.0)", file=sys.stderr)
+        return 2
+    kernel = (compile_triton if args.kernel == "triton" else compile_gluon)(args.mode, over)
+    sass, usage = sass_of(kernel, args.cubin)
+    print(usage)
+    for n, h in key_loops(sass, args.kernel):
+        print(f"key loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(40)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
