@@ -4,17 +4,19 @@ Compiles the Triton kernel (kernels/_core.py `attn_fwd`) or the warp-specialized
 (kernels/gluon_ws.py `attn_ws_fwd`) for cuda:90 with the specializations the launcher gives it (pointer and
 stride divisibility 16, unit strides as constants), disassembles it with the `cuobjdump` Triton ships, and prints
 the registers / stack / shared memory and the instruction histogram of the key loop (Triton: the two longest
-backward-branch loops; Gluon: the consumers' loops that issue a wgmma and one exp2 per score). These counts are
+backward-branch loops, the whole-tile key loop and the masked tail's; Gluon: the consumers' loops that issue a wgmma and one exp2 per score). These counts are
 the "where the time goes" figures of results/kernels-h200.md: the 8-bit kernels are issue-bound, so fewer
 instructions per key tile is what makes a kernel faster.
 
 Needs triton (3.6 for the H200 figures) on Linux x86-64; torch is not needed (it is stubbed out).
 
-Examples (MODE: 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4; 0 dense is Triton only):
-    python benchmarks/sass_key_loop.py gluon 1                  # mxattention (UOS, PNQ)
-    python benchmarks/sass_key_loop.py gluon 1 RULE=0 PNQ=False # mxfp4-ocp
-    python benchmarks/sass_key_loop.py gluon 2                  # sage2-int8
-    python benchmarks/sass_key_loop.py gluon 3 STAGES=3 P_SHIFT=0 QK=fp8   # rotateattention-half (QK_FP8)
+Examples, with the launcher's default settings at head_dim 128 (MODE: 0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4,
+4 NVFP4; the Gluon kernel has modes 1-3):
+    python benchmarks/sass_key_loop.py gluon 2 STAGES=3 EARLY=True WORK_LOOP=True             # sage2-int8
+    python benchmarks/sass_key_loop.py gluon 1 STAGES=4 QMAX=7.25 EARLY=True WORK_LOOP=True   # mxattention
+    python benchmarks/sass_key_loop.py gluon 1 STAGES=4 RULE=0 PNQ=False                      # mxfp4-ocp
+    python benchmarks/sass_key_loop.py gluon 3 STAGES=3 P_SHIFT=0 QK=fp8 EARLY=True WORK_LOOP=True  # rotateattention-half
+    python benchmarks/sass_key_loop.py triton 1                # mxattention on the Triton kernel (PQ=False: no P quantization)
     python benchmarks/sass_key_loop.py triton 3 SMQ=2 ROTV=True P_FP8=False P_SHIFT=0.0 PNQ=False NUM_STAGES=3 QK=fp8
 """
 
@@ -51,6 +53,16 @@ def _import_kernels():
         sys.path.insert(0, REPO)
 
 
+def _constexprs(kernel, values: dict) -> dict:
+    """`values` for the kernel's arguments: names it does not have are dropped (a setting the kernel no longer
+    has), constexpr arguments not given take their default."""
+    out = {k: v for k, v in values.items() if k in kernel.arg_names}
+    for p in kernel.params:
+        if p.is_constexpr and p.name not in out and p.has_default:
+            out[p.name] = p.default
+    return out
+
+
 def compile_triton(mode: int, over: dict):
     """The Triton kernel attn_fwd for sm_90; `over`: constexpr overrides, num_warps, maxnreg, QK=fp8."""
     import triton
@@ -69,14 +81,18 @@ def compile_triton(mode: int, over: dict):
     if mode == 3:
         qk = "*fp8e4nv" if qk_fp8 else "*i8"
         ptr.update(Q=qk, K=qk, VT="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
+    if mode == 4:  # NVFP4: E2M1 values times their block scale, exact in fp16
+        ptr.update(Q="*fp16", K="*fp16", VT="*fp16", QS="*fp32", KS="*fp32", VS="*fp32")
+    if mode == 0:  # dense: 16-bit operands
+        ptr.update(Q="*bf16", K="*bf16", VT="*bf16")
     const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=True, RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
                  PROMOTE=True, PQ=True, BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, PLEV=15, SMQ=0, ROTV=False, PROW=False,
-                 PIPE=True, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
+                 PIPE=True, WS=False, TMA=False, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
     warps, opts = int(over.pop("num_warps", 8)), {}
     if "maxnreg" in over:  # a compile option (.maxnreg), not a constexpr
         opts["maxnreg"] = int(over.pop("maxnreg"))
     const.update(over)
-    const = {k: v for k, v in const.items() if k in names}  # settings the kernel no longer has are ignored
+    const = _constexprs(attn_fwd, const)
     sig = {n: "constexpr" if n in const else ptr.get(n) or ("fp32" if n in ("sm_scale_log2", "rotv_scale") else "i32")
            for n in names}
     not16 = {"sqs_bh", "sks_bh", "H", "sm_scale_log2", "rotv_scale"}
@@ -112,7 +128,7 @@ def compile_gluon(mode: int, over: dict):
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qk_fp8 = over.pop("QK", "") == "fp8"
     const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=6.0, PNQ=mode == 1, NWG=2,
-                 DEFER=True, EARLY=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False, num_warps=4)
+                 DEFER=True, EARLY=False, PINGPONG=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False, num_warps=4)
     const.update(over)
     qk = gl.float8e4nv if mode == 1 or qk_fp8 else gl.int8
     lay = gl.NVMMASharedLayout.get_default_for
@@ -129,7 +145,7 @@ def compile_gluon(mode: int, over: dict):
                        else _descriptor_type([128, D], lay([128, D], qk), tq)),
            "BAD": "*i32", "c": "fp32", "P_SHIFT": "fp32"}
     names = attn_ws_fwd.arg_names
-    const = {k: v for k, v in const.items() if k in names}  # settings the kernel no longer has are ignored
+    const = _constexprs(attn_ws_fwd, const)
     for n in names:
         sig.setdefault(n, "constexpr" if n in const else "i32")
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("QS", "KS", "VS", "O", "so_b", "so_h") if n in names}
@@ -210,8 +226,9 @@ def main(argv=None) -> int:
     kernel = (compile_triton if args.kernel == "triton" else compile_gluon)(args.mode, over)
     sass, usage = sass_of(kernel, args.cubin)
     print(usage)
+    label = "key loop" if args.kernel == "gluon" else "loop"  # Triton: the key loop and its masked tail copy
     for n, h in key_loops(sass, args.kernel):
-        print(f"key loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(40)))
+        print(f"{label}: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(40)))
     return 0
 
 

@@ -1,0 +1,122 @@
+"""results/ holds what a user reads: a bounded number of tracked files, and every markdown result opens with the
+one command that regenerates it, a command that exists (a `lowbit-video` subcommand, a benchmarks/ script with
+--help, a Makefile target or a test file)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+MAX_TRACKED = 40
+COMMAND_LINE = re.compile(r"^Command: `([^`]+)`")
+
+
+def _result_pages() -> list[Path]:
+    return sorted(RESULTS.glob("*.md"))
+
+
+def _command_of(page: Path) -> str | None:
+    """The command of a results page: the first non-empty line after its `# ` title, `Command: `...``."""
+    lines = [ln.strip() for ln in page.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if len(lines) < 2 or not lines[0].startswith("# "):
+        return None
+    m = COMMAND_LINE.match(lines[1])
+    return m.group(1) if m else None
+
+
+def _cli_app():
+    """The Typer app behind the `lowbit-video` console script, as pyproject.toml declares it."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module_name = scripts["lowbit-video"].split(":")[0]
+    module = importlib.import_module(module_name)
+    return module.app
+
+
+def _cli_path_exists(words: list[str]) -> bool:
+    """Whether `lowbit-video WORDS...` names a command (a leaf of the command tree, options and arguments after it)."""
+    import typer
+
+    node = typer.main.get_command(_cli_app())
+    resolved = 0
+    for word in words:  # a group has `commands` (typer may ship its own click, so no isinstance check)
+        if word not in getattr(node, "commands", {}):
+            break
+        node = node.commands[word]
+        resolved += 1
+    return resolved > 0 and not hasattr(node, "commands")
+
+
+def _check_command(command: str) -> str | None:
+    """None when the command exists here, else the reason it does not."""
+    words = shlex.split(command.replace("\\\n", " "))
+    if "-m" in words and words[words.index("-m") + 1:words.index("-m") + 2] == ["lowbit_video"]:
+        words = ["lowbit-video"] + words[words.index("-m") + 2:]  # python -m / torchrun -m lowbit_video ...
+    if words[0] == "lowbit-video":
+        return None if _cli_path_exists(words[1:]) else f"no `lowbit-video {' '.join(words[1:3])}` command"
+    if words[0].startswith("python") and len(words) > 1 and words[1].startswith("benchmarks/"):
+        script = ROOT / words[1]
+        if not script.is_file():
+            return f"{words[1]} does not exist"
+        if "argparse" not in script.read_text(encoding="utf-8"):
+            return f"{words[1]} has no argparse --help"
+        return None
+    if words[0] == "make":
+        targets = re.findall(r"^([A-Za-z0-9_.-]+):", (ROOT / "Makefile").read_text(), flags=re.M)
+        return None if words[1] in targets else f"no Makefile target {words[1]!r}"
+    if "pytest" in words:
+        missing = [w.split("::")[0] for w in words if w.startswith("tests/") and not (ROOT / w.split("::")[0]).exists()]
+        return f"missing test files {missing}" if missing else None
+    return "not a lowbit-video command, a benchmarks/ script, a make target or a pytest run"
+
+
+def test_results_folder_holds_at_most_40_tracked_files():
+    try:
+        out = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (or git is missing): the tracked-file count needs `git ls-files`")
+    tracked = out.stdout.split()
+    assert len(tracked) <= MAX_TRACKED, f"{len(tracked)} tracked files under results/ (at most {MAX_TRACKED}): per-run " \
+                                        "logs, per-run JSON and one-off scripts belong out of git"
+
+
+def test_every_results_page_opens_with_its_command():
+    pages = _result_pages()
+    assert pages, "results/ has no markdown pages"
+    missing = [p.name for p in pages if _command_of(p) is None]
+    assert not missing, f"results pages without a `Command: `...`` line right under the title: {missing}"
+
+
+@pytest.mark.parametrize("page", _result_pages(), ids=lambda p: p.name)
+def test_the_command_of_each_results_page_exists(page):
+    command = _command_of(page)
+    if command is None:
+        pytest.fail(f"{page.name} names no command (see test_every_results_page_opens_with_its_command)")
+    reason = _check_command(command)
+    assert reason is None, f"{page.name}: `{command}`: {reason}"
+
+
+def test_the_command_check_refuses_what_does_not_exist():
+    # the checks above must be able to fail: commands that do not exist are named as such
+    assert _check_command("lowbit-video bench no-such-benchmark --json") is not None
+    assert _check_command("lowbit-video bench") is not None  # a group, not a command
+    assert _check_command("python benchmarks/no_such_script.py --help") is not None
+    assert _check_command("make no-such-target") is not None
+    assert _check_command("bash results/scripts/run.sh") is not None
+    assert _check_command("lowbit-video bench kernels --json") is None
+
+
+def test_benchmarks_scripts_answer_help_without_a_gpu():
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        out = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, f"{script.name} --help failed: {out.stderr[-500:]}"
+        assert "usage:" in out.stdout, script.name
