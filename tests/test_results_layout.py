@@ -120,3 +120,39 @@ def test_benchmarks_scripts_answer_help_without_a_gpu():
                              timeout=120)
         assert out.returncode == 0, f"{script.name} --help failed: {out.stderr[-500:]}"
         assert "usage:" in out.stdout, script.name
+
+
+def test_kernels_json_is_what_bench_kernels_prints():
+    # the product's own markdown renderer of `bench kernels --json` must read the committed file, every row of it
+    import json
+
+    from lowbit_video.bench.kernels import to_markdown
+
+    info = json.loads((RESULTS / "kernels-h200.json").read_text())
+    assert isinstance(info, dict) and {"gpu", "torch", "triton", "rows", "baselines"} <= set(info)
+    # one measurement, no per-round keys beside the ones lowbit_video/bench/kernels.py writes
+    assert set(info) <= {"gpu", "torch", "triton", "cuda", "driver", "rows", "baselines", "e2e", "sageattention"}
+    table = to_markdown(info)
+    for row in info["rows"]:
+        assert f"| {row['shape']} | {row['recipe']} |" in table
+    assert {b["backend"] for b in info["baselines"]} >= {"sdpa-cudnn"}
+
+
+def test_e2e_json_is_what_bench_e2e_prints():
+    import json
+
+    rows = json.loads((RESULTS / "e2e-h200.json").read_text())
+    keys = {"resolution", "recipe", "tokens", "blocks", "params", "ms", "ms_all", "x_cudnn", "attention_calls"}
+    assert isinstance(rows, list) and rows
+    assert all(set(r) == keys for r in rows), "rows as lowbit_video/bench/e2e.py writes them"
+    assert {r["resolution"] for r in rows if r["recipe"] == "sdpa-cudnn"} == {r["resolution"] for r in rows}
+
+
+def test_results_tables_lay_out_the_committed_json():
+    out = subprocess.run([sys.executable, "benchmarks/results_tables.py", "kernels", "results/kernels-h200.json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "| `sage2-int8` |" in out.stdout and "SDPA cuDNN bf16" in out.stdout
+    bad = subprocess.run([sys.executable, "benchmarks/results_tables.py", "e2e", "results/kernels-h200.json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")

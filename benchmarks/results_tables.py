@@ -1,0 +1,104 @@
+"""Markdown tables of results/kernels-h200.md and results/e2e-h200.md from the JSON their bench commands print.
+
+`lowbit-video bench kernels --json` prints one object (rows per shape and recipe, baselines per shape);
+`lowbit-video bench e2e --json` prints a list of rows (per resolution and recipe, the cuDNN forward first). This
+script lays them out as the results pages do: one row per recipe, one column pair (ms, × cuDNN) per shape or
+resolution; for kernels also the pre-pass / kernel split at one shape.
+
+Examples:
+    python benchmarks/results_tables.py kernels results/kernels-h200.json
+    python benchmarks/results_tables.py kernels results/kernels-h200.json --split-shape wan-480p
+    python benchmarks/results_tables.py e2e results/e2e-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+BASELINE_NAMES = {"sdpa-cudnn": "SDPA cuDNN bf16", "sdpa-flash": "SDPA flash bf16",
+                  "sageattention-1.0.6": "sageattention 1.0.6"}
+
+
+def _ordered(items):
+    """The distinct items in first-seen order."""
+    return list(dict.fromkeys(items))
+
+
+def kernels_table(info: dict) -> str:
+    """Every recipe at every shape: total ms and the ratio to SDPA cuDNN of the same run."""
+    shapes = _ordered([b["shape"] for b in info["baselines"]] + [r["shape"] for r in info["rows"]])
+    cudnn = {b["shape"]: b["ms"] for b in info["baselines"] if b["backend"] == "sdpa-cudnn"}
+    head = "| recipe | kernel | " + " | ".join(f"{s} ms | × cuDNN" for s in shapes) + " |"
+    lines = [head, "|---|---|" + "---|---|" * len(shapes)]
+    for backend in _ordered(b["backend"] for b in info["baselines"]):
+        cells = []
+        for s in shapes:
+            b = next((b for b in info["baselines"] if b["shape"] == s and b["backend"] == backend), None)
+            cells += ["—", "—"] if b is None else [f"{b['ms']:.2f}", f"{cudnn[s] / b['ms']:.2f}×" if s in cudnn else "—"]
+        lines.append(f"| {BASELINE_NAMES.get(backend, backend)} | | " + " | ".join(cells) + " |")
+    for recipe in _ordered(r["recipe"] for r in info["rows"]):
+        cells, kernel = [], ""
+        for s in shapes:
+            r = next((r for r in info["rows"] if r["shape"] == s and r["recipe"] == recipe), None)
+            if r is None:
+                cells += ["—", "—"]
+                continue
+            kernel = r.get("kernel") or kernel
+            ratio = r.get("ratio_cudnn")
+            cells += [f"{r['total_ms']:.2f}", "—" if ratio is None else f"{ratio:.2f}×"]
+        lines.append(f"| `{recipe}` | {kernel} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def split_table(info: dict, shape: str) -> str:
+    """Pre-pass and kernel timed on their own at one shape (the draft recipes' pre-pass includes the route)."""
+    lines = ["| recipe | pre-pass ms | kernel ms | kernel TFLOP/s | kernel alone × cuDNN |", "|---|---|---|---|---|"]
+    cudnn = next((b["ms"] for b in info["baselines"] if b["shape"] == shape and b["backend"] == "sdpa-cudnn"), None)
+    for r in info["rows"]:
+        if r["shape"] != shape:
+            continue
+        alone = "—" if cudnn is None else f"{cudnn / r['kernel_ms']:.2f}×"
+        lines.append(f"| `{r['recipe']}` | {r['prepass_ms']:.2f} | {r['kernel_ms']:.2f} | {r['kernel_tflops']:.0f} | "
+                     f"{alone} |")
+    return "\n".join(lines)
+
+
+def e2e_table(rows: list) -> str:
+    """Every recipe at every resolution: forward ms and the ratio to the all-cuDNN forward of the same run."""
+    resolutions = _ordered(r["resolution"] for r in rows)
+    lines = ["| recipe | " + " | ".join(f"{res} ms | × cuDNN" for res in resolutions) + " |",
+             "|---|" + "---|---|" * len(resolutions)]
+    for recipe in _ordered(r["recipe"] for r in rows):
+        cells = []
+        for res in resolutions:
+            r = next((r for r in rows if r["resolution"] == res and r["recipe"] == recipe), None)
+            cells += ["—", "—"] if r is None else [f"{r['ms']:.2f}", f"{r['x_cudnn']:.3f}"]
+        name = "SDPA cuDNN bf16 (baseline)" if recipe == "sdpa-cudnn" else f"`{recipe}`"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kind", choices=("kernels", "e2e"), help="which command's JSON")
+    ap.add_argument("json", help="the JSON file (`lowbit-video bench kernels --json` or `bench e2e --json` output)")
+    ap.add_argument("--split-shape", default="wan-720p", help="kernels: the shape of the pre-pass / kernel table")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.json, encoding="utf-8") as f:
+            data = json.load(f)
+        text = (kernels_table(data) + "\n\n" + split_table(data, args.split_shape) if args.kind == "kernels"
+                else e2e_table(data))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {args.json}: not a readable `bench {args.kind} --json` output ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
