@@ -53,10 +53,15 @@ def _import_kernels():
         sys.path.insert(0, REPO)
 
 
-def _constexprs(kernel, values: dict) -> dict:
-    """`values` for the kernel's arguments: names it does not have are dropped (a setting the kernel no longer
-    has), constexpr arguments not given take their default."""
-    out = {k: v for k, v in values.items() if k in kernel.arg_names}
+def _constexprs(kernel, defaults: dict, over: dict) -> dict:
+    """The kernel's specialized arguments: `defaults` (those the kernel does not have are dropped), then the
+    caller's overrides `over` (an unknown name is an error), then each remaining constexpr's own default."""
+    unknown = sorted(set(over) - set(kernel.arg_names))
+    if unknown:
+        raise SystemExit(f"error: {kernel.__name__} has no argument {', '.join(unknown)}; its constexprs: "
+                         + ", ".join(p.name for p in kernel.params if p.is_constexpr))
+    out = {k: v for k, v in defaults.items() if k in kernel.arg_names}
+    out.update(over)
     for p in kernel.params:
         if p.is_constexpr and p.name not in out and p.has_default:
             out[p.name] = p.default
@@ -91,8 +96,7 @@ def compile_triton(mode: int, over: dict):
     warps, opts = int(over.pop("num_warps", 8)), {}
     if "maxnreg" in over:  # a compile option (.maxnreg), not a constexpr
         opts["maxnreg"] = int(over.pop("maxnreg"))
-    const.update(over)
-    const = _constexprs(attn_fwd, const)
+    const = _constexprs(attn_fwd, const, over)
     sig = {n: "constexpr" if n in const else ptr.get(n) or ("fp32" if n in ("sm_scale_log2", "rotv_scale") else "i32")
            for n in names}
     not16 = {"sqs_bh", "sks_bh", "H", "sm_scale_log2", "rotv_scale"}
@@ -128,8 +132,9 @@ def compile_gluon(mode: int, over: dict):
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qk_fp8 = over.pop("QK", "") == "fp8"
     const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=6.0, PNQ=mode == 1, NWG=2,
-                 DEFER=True, EARLY=False, PINGPONG=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False, num_warps=4)
-    const.update(over)
+                 DEFER=True, EARLY=False, PINGPONG=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False,
+                 num_warps=4)
+    const = _constexprs(attn_ws_fwd, const, over)
     qk = gl.float8e4nv if mode == 1 or qk_fp8 else gl.int8
     lay = gl.NVMMASharedLayout.get_default_for
     sc, vs = ("*i32", "*i32") if mode == 1 else ("*fp32", "*fp32")
@@ -145,7 +150,6 @@ def compile_gluon(mode: int, over: dict):
                        else _descriptor_type([128, D], lay([128, D], qk), tq)),
            "BAD": "*i32", "c": "fp32", "P_SHIFT": "fp32"}
     names = attn_ws_fwd.arg_names
-    const = _constexprs(attn_ws_fwd, const)
     for n in names:
         sig.setdefault(n, "constexpr" if n in const else "i32")
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("QS", "KS", "VS", "O", "so_b", "so_h") if n in names}
