@@ -4,9 +4,9 @@ Compiles the Triton kernel (kernels/_core.py `attn_fwd`) or the warp-specialized
 (kernels/gluon_ws.py `attn_ws_fwd`) for cuda:90 with the specializations the launcher gives it (pointer and
 stride divisibility 16, unit strides as constants), disassembles it with the `cuobjdump` Triton ships, and prints
 the registers / stack / shared memory and the instruction histogram of the key loop (Triton: the two longest
-backward-branch loops, the whole-tile key loop and the masked tail's; Gluon: the consumers' loops that issue a wgmma and one exp2 per score). These counts are
-the "where the time goes" figures of results/kernels-h200.md: the 8-bit kernels are issue-bound, so fewer
-instructions per key tile is what makes a kernel faster.
+backward-branch loops, the whole-tile key loop and the masked tail's; Gluon: the consumers' loops that issue a
+wgmma and one exp2 per score). These counts are the "where the time goes" figures of results/kernels-h200.md:
+the 8-bit kernels are issue-bound, so fewer instructions per key tile is what makes a kernel faster.
 
 Needs triton (3.6 for the H200 figures) on Linux x86-64; torch is not needed (it is stubbed out).
 
