@@ -24,6 +24,9 @@ What is compared
 that sits beside a given run (`runstore.run_dir(out, model, baseline, prompt, seed)`, out = run.parents[3],
 the spec's pairing rule), and reads each run's meta.json and metrics.json (written by `evaluate`).
 
+* Every run left out is named with its reason in `Comparison.left_out` and counted in a warning
+  line per reason: a damaged run folder (meta.json unreadable, its files gone), a meta.json without
+  model, recipe, prompt or seed, an unreadable metrics.json.
 * No run has metrics.json → UserError ("run `lowbit-video evaluate` first"). Some lack it → they are
   left out with one warning line (decision: a partial table with a warning is more useful than none;
   the warning names the runs, `Comparison.left_out` and the JSON list them).
@@ -286,12 +289,14 @@ def collect(run_dirs: Sequence[str | os.PathLike], baseline: str = "fp16",
     warnings: list[str] = []
     left_out: list[dict] = []
     infos: "OrderedDict[Path, RunInfo]" = OrderedDict()
-    for d in find_runs(run_dirs):
+    damaged: list[tuple[Path, str]] = []
+    for d in runstore.find_runs(run_dirs, damaged):
         info = _run_info(d, given=True)
         if info is None:
             left_out.append({"dir": str(d), "reason": "meta.json without model, recipe, prompt or seed"})
             continue
         infos[d] = info
+    left_out += [{"dir": str(d), "reason": f"damaged run: {why}"} for d, why in damaged]
     # baselines beside the given runs (same output root), per the pairing rule
     for info in list(infos.values()):
         if info.recipe == baseline:
@@ -317,6 +322,13 @@ def collect(run_dirs: Sequence[str | os.PathLike], baseline: str = "fp16",
     if not scored:
         args = " ".join(map(str, run_dirs))
         raise UserError(f"none of the {len(infos)} runs found has metrics.json; run `lowbit-video evaluate {args}` first")
+    # every run left out so far is named in a warning, grouped by reason (rows would otherwise
+    # average different prompt sets without a word)
+    by_reason: "OrderedDict[str, list[str]]" = OrderedDict()
+    for x in left_out:
+        by_reason.setdefault(x["reason"], []).append(x["dir"])
+    for why, dirs in by_reason.items():
+        warnings.append(_group_warning(why, dirs))
     if missing:
         warnings.append(_group_warning("no metrics.json; run `lowbit-video evaluate` on them first", missing))
         left_out.extend({"dir": d, "reason": "no metrics.json"} for d in missing)

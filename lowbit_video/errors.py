@@ -17,3 +17,8 @@ class NonFiniteInputError(UserError, ValueError):
 
 class ShapeError(UserError, ValueError):
     """Tensor shapes that a recipe cannot run on (e.g. head_dim not a multiple of the MX block)."""
+
+
+class DamagedRunError(ValueError):
+    """A run's file that exists but cannot be read (truncated, corrupt): that run is reported and
+    left out; the other runs of the command go on."""

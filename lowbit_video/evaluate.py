@@ -17,6 +17,16 @@
   A metric stored as unavailable because a requirement was missing (recorded under "prechecks") is
   recomputed once the requirement's state changes (e.g. its weights were added); --overwrite
   recomputes every asked metric.
+* **Nothing destroyed, nothing silent.** A `baseline` that is neither a known recipe nor the recipe
+  of any run found is a UserError before anything is read or written. Every run folder to be written
+  is checked for writability first (UserError naming it). Paired scores stored against a baseline
+  that cannot be found now are kept as they are (a score is never replaced by "unavailable" that
+  could not be recomputed), with a counted warning. A run whose frames (or whose baseline's frames)
+  are damaged, or whose meta.json is, gets status "damaged" with the reason, keeps its metrics.json
+  untouched, and the other runs are scored; warnings go to `EvalReporter.warning`.
+* **Concurrent evaluates** on one folder never score a run twice: each run is claimed
+  (runstore.claim_run) while it is scored; a run claimed by another process is left to it
+  (status "claimed"). A claim dies with its process.
 * **Many processes.** Under `torchrun` (or `--shard i/n`, `shard=`) each process scores only its
   share of the runs (distributed.shard_runs, keyed like generate's grid, so a rank scores the runs
   it generated); each writes its runs' files itself. Under torchrun every rank then waits for the
@@ -49,7 +59,13 @@ def no_baseline_reason(baseline: str) -> str:
 
 
 class EvalReporter:
-    """Progress hooks (no-ops here; the CLI draws a rich progress bar on stderr)."""
+    """Progress hooks (no-ops here but `warning`, which collects; the CLI draws progress on stderr)."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, text: str) -> None:
+        self.warnings.append(text)
 
     def planned(self, runs: list[Path], todo: int) -> None: ...
     def run_started(self, run: Path, metrics: list[str]) -> None: ...
@@ -71,6 +87,8 @@ class _Job:
     todo: list[str] = field(default_factory=list)
     created: str | None = None
     status: str = "skipped"
+    kept_baseline: dict | None = None   # the stored baseline record of paired scores kept (no baseline now)
+    error: str | None = None            # status "damaged": why
 
 
 # -------------------------------------------------------------------------------------- inputs
@@ -210,17 +228,26 @@ class _Frames:
 
     def __call__(self, run: Path):
         if run not in self._cache:
+            from .errors import DamagedRunError
             from .generate import load_run_frames
 
             if len(self._cache) > 16:
                 self._cache.clear()
-            self._cache[run] = load_run_frames(run)[0]
-        return self._cache[run]
+            try:
+                self._cache[run] = load_run_frames(run)[0]
+            except DamagedRunError as e:
+                self._cache[run] = e  # a damaged baseline is reported once per run that needs it, read once
+        got = self._cache[run]
+        if isinstance(got, Exception):
+            raise got
+        return got
 
 
 def _compute_local(job: _Job, name: str, frames: _Frames, root: Path) -> None:
     """Compute one paired or video metric into job.values / job.details."""
     from .metrics.registry import get_metric
+
+    from .errors import DamagedRunError
 
     spec = get_metric(name)
     try:
@@ -242,6 +269,8 @@ def _compute_local(job: _Job, name: str, frames: _Frames, root: Path) -> None:
                 job.details[name] = details
         else:  # pragma: no cover - registry and this function disagree
             value = {"unavailable": f"no in-process implementation of {name}"}
+    except DamagedRunError:
+        raise  # the whole run is reported as damaged, not one metric
     except (ValueError, RuntimeError, OSError, KeyError) as e:
         value = {"unavailable": _one_line(e)}
     job.values[name] = clean_value(value)
@@ -311,9 +340,14 @@ def _versions() -> dict:
             "lpips": v("lpips"), "vbench": v("vbench"), "python": platform.python_version()}
 
 
+def _run_block(m: dict) -> dict:
+    return {"model": _name(m, "model"), "recipe": _name(m, "recipe"), "prompt": m.get("prompt"),
+            "seed": m.get("seed"), "steps": m.get("steps"), "frames_sha256": m.get("frames_sha256")}
+
+
 def _document(job: _Job, baseline_name: str, root: Path) -> dict:
     m = job.meta
-    base = None
+    base = job.kept_baseline
     if job.baseline is not None:
         bm = runstore.read_meta(job.baseline) or {}
         base = {"recipe": baseline_name, "dir": os.path.relpath(job.baseline, output_root(job.dir)),
@@ -322,8 +356,7 @@ def _document(job: _Job, baseline_name: str, root: Path) -> dict:
     names = _metric_order(job.values)
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
-        "run": {"model": _name(m, "model"), "recipe": _name(m, "recipe"), "prompt": m.get("prompt"),
-                "seed": m.get("seed"), "steps": m.get("steps"), "frames_sha256": m.get("frames_sha256")},
+        "run": _run_block(m),
         "baseline": base,
         "metrics": {n: job.values[n] for n in names},
         "details": {n: job.details[n] for n in _metric_order(job.details) if n in job.values},
@@ -342,6 +375,10 @@ def _plan(job: _Job, existing: dict | None, baseline_sha: str | None, checks: _P
         job.created = existing.get("created")
         old_base = (existing.get("baseline") or {}).get("frames_sha256") if existing.get("baseline") else None
         stale_paired = old_base != baseline_sha
+        if job.baseline is None and not job.is_baseline and isinstance(existing.get("baseline"), dict):
+            # scored against a baseline that cannot be found now: keep those scores, never recompute
+            # them to "unavailable"
+            job.kept_baseline, stale_paired = existing["baseline"], False
         for store, src in ((job.values, "metrics"), (job.details, "details"), (job.prechecks, "prechecks")):
             for n, v in (existing.get(src) or {}).items():
                 try:
@@ -351,6 +388,8 @@ def _plan(job: _Job, existing: dict | None, baseline_sha: str | None, checks: _P
                 if not (paired and stale_paired):
                     store[n] = v
     for n in job.metrics:
+        if job.kept_baseline is not None and n in job.values and get_metric(n).kind == "paired":
+            continue  # kept: its baseline is not here to recompute it (even with overwrite)
         if overwrite or n not in job.values:
             job.todo.append(n)
             continue
@@ -391,20 +430,70 @@ def _job_key(job: "_Job") -> tuple:
         return ("?", "?", str(job.dir), 0)  # a meta.json without the usual keys: keyed by its folder
 
 
+def _check_baseline(baseline: str, metas: dict[Path, dict]) -> None:
+    """A baseline that is no known recipe and no run's recipe is a typo: refuse before any write."""
+    from .recipes import available_recipes
+
+    found = list(OrderedDict.fromkeys(str(_name(m, "recipe")) for m in metas.values() if _name(m, "recipe")))
+    if baseline in found or baseline in available_recipes():
+        return
+    raise UserError(f"--baseline {baseline}: no such recipe and no run of it among the runs found "
+                    f"(recipes found: {', '.join(found) or 'none'})")
+
+
+def _check_writable(jobs: list["_Job"]) -> None:
+    bad = [(j.dir, why) for j in jobs if (why := runstore.output_problem(j.dir, is_dir=True))]
+    if bad:
+        more = f" (and {len(bad) - 1} more run folders)" if len(bad) > 1 else ""
+        raise UserError(f"{bad[0][0]}: {bad[0][1]}; metrics.json cannot be written{more}")
+
+
+def _damaged_result(run: Path, error: str, meta: dict | None = None) -> dict:
+    """A damaged run's entry: its metrics.json as it stands (untouched), else no metrics."""
+    doc = _read_existing(run) or {"format": FORMAT, "format_version": FORMAT_VERSION, "run": _run_block(meta or {}),
+                                  "baseline": None, "metrics": {}, "details": {}, "prechecks": {}}
+    return {**doc, "dir": str(run), "status": "damaged", "error": error}
+
+
+def _score(job: "_Job", checks: "_Prechecks", frames: "_Frames", root: Path) -> list[str]:
+    """Compute the job's in-process metrics (DamagedRunError propagates); return its VBench dimensions."""
+    from .metrics.registry import get_metric
+
+    vdims = []
+    for n in job.todo:
+        job.details.pop(n, None)
+        why = checks.reason(n, job)
+        if why is not None:
+            job.values[n] = {"unavailable": why}
+            job.prechecks[n] = why
+            continue
+        job.prechecks.pop(n, None)
+        if get_metric(n).kind == "vbench":
+            vdims.append(n)
+            job.values.pop(n, None)
+        else:
+            _compute_local(job, n, frames, root)
+    return vdims
+
+
 def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, shard) -> list[dict]:
     from . import distributed
+    from .errors import DamagedRunError
     from .metrics.registry import get_metric
     from .metrics.weights import weights_root
 
     rep = reporter or EvalReporter()
     names, explicit = resolve_metrics(metrics)
-    runs = find_runs(run_dirs)
+    damaged: list[tuple[Path, str]] = []
+    runs = runstore.find_runs(run_dirs, damaged)
     root = weights_root(weights_dir)
     metas = {r: runstore.read_meta(r) or {} for r in runs}
+    _check_baseline(baseline, metas)
     checks = _Prechecks(root, baseline)
+    for d, why in damaged:
+        rep.warning(f"{d}: damaged run left out ({why})")
 
-    jobs: list[_Job] = []
-    for run in runs:
+    def plan(run: Path) -> _Job:
         meta = metas[run]
         is_base = _name(meta, "recipe") == baseline
         base = None if is_base else find_baseline(run, meta, metas, baseline)
@@ -416,7 +505,9 @@ def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, sha
             job.metrics.append(n)
         base_sha = (runstore.read_meta(base) or {}).get("frames_sha256") if base is not None else None
         _plan(job, _read_existing(run), base_sha, checks, overwrite)
-        jobs.append(job)
+        return job
+
+    jobs = [plan(run) for run in runs]
 
     # This shard's runs: split over every run found (not over those with work left), so shards
     # started at different times agree on who owns what.
@@ -426,30 +517,47 @@ def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, sha
         if id(job) not in own:
             job.status = "other-shard"
     todo = [j for j in mine if j.todo]
+    _check_writable(todo)
+    kept = [j for j in mine if j.kept_baseline is not None]
+    if kept:
+        recipes = ", ".join(sorted({str(j.kept_baseline.get("recipe")) for j in kept}))
+        one = len(kept) == 1
+        rep.warning(f"{len(kept)} run{'' if one else 's'} keep{'s' if one else ''} the paired scores stored against "
+                    f"{'its' if one else 'their'} {recipes} run: no {baseline} run of the same settings is found now, "
+                    "so they are not recomputed")
     rep.planned([j.dir for j in mine], len(todo))
     frames = _Frames()
     vbench_jobs: list[tuple[_Job, list[str]]] = []
-    for job in todo:
-        rep.run_started(job.dir, job.todo)
-        vdims = []
-        for n in job.todo:
-            job.details.pop(n, None)
-            why = checks.reason(n, job)
-            if why is not None:
-                job.values[n] = {"unavailable": why}
-                job.prechecks[n] = why
-                continue
-            job.prechecks.pop(n, None)
-            if get_metric(n).kind == "vbench":
-                vdims.append(n)
-                job.values.pop(n, None)
-            else:
-                _compute_local(job, n, frames, root)
-        if vdims:
-            vbench_jobs.append((job, vdims))
-        runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
-        job.status = "scored"
+    for i, job in enumerate(todo):
+        claim = runstore.claim_run(job.dir, "evaluate")
+        if claim is None:
+            job.status = "claimed"
+            rep.warning(f"{job.dir}: being scored by another process ({runstore.claim_holder(job.dir, 'evaluate')}); "
+                        "left to it")
+            rep.run_done(job.dir, job.status)
+            continue
+        with claim:
+            # another process may have scored it between our plan and our claim
+            todo[i] = job = plan(job.dir)
+            job.status = "skipped" if not job.todo else job.status
+            if job.todo:
+                rep.run_started(job.dir, job.todo)
+                try:
+                    vdims = _score(job, checks, frames, root)
+                except DamagedRunError as e:
+                    job.status, job.error = "damaged", str(e)
+                    rep.warning(f"{job.dir}: not scored, {e}")
+                    rep.run_done(job.dir, job.status)
+                    continue
+                if vdims:
+                    vbench_jobs.append((job, vdims))
+                runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
+                job.status = "scored"
         rep.run_done(job.dir, job.status)
+    by_dir = {j.dir: j for j in todo}
+    jobs = [by_dir.get(j.dir, j) for j in jobs]
+    mine = [by_dir.get(j.dir, j) for j in mine]
+    own = {id(j) for j in mine}
     if vbench_jobs:
         _run_vbench(vbench_jobs, root, rep)
         for job, _ in vbench_jobs:
@@ -466,10 +574,14 @@ def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, sha
 
     results = []
     for job in jobs:
+        if job.status == "damaged":
+            results.append(_damaged_result(job.dir, job.error or "damaged", job.meta))
+            continue
         # another shard's run: its file as that shard wrote it (or as it is now, without torchrun)
-        doc = _read_existing(job.dir) if job.status == "skipped" or id(job) not in own else None
+        doc = _read_existing(job.dir) if job.status in ("skipped", "claimed") or id(job) not in own else None
         doc = doc or _document(job, baseline, root)
         results.append({**doc, "dir": str(job.dir), "status": job.status})
+    results += [_damaged_result(d, why) for d, why in damaged]
     return results
 
 

@@ -642,14 +642,26 @@ def _accuracies(scores: list[dict]) -> dict:
 
 
 def load_run_frames(run: str | os.PathLike) -> tuple[np.ndarray, str]:
-    """(uint8 frames (T, H, W, 3), source file name) of a run, lossless first."""
+    """(uint8 frames (T, H, W, 3), source file name) of a run, lossless first. A file that is there but
+    cannot be decoded (truncated, corrupt) raises DamagedRunError naming it."""
+    from .errors import DamagedRunError
+
     run = Path(run)
-    if (run / "frames.npz").is_file():
-        return video_io.read_frames_npz(run / "frames.npz"), "frames.npz"
-    if (run / "frames.png").is_file() and video_io.strip_is_complete(run / "frames.png"):
-        return video_io.read_frame_strip(run / "frames.png"), "frames.png"
-    if (run / "video.mp4").is_file():
-        meta = runstore.read_meta(run) or {}
-        scale = ((meta.get("outputs") or {}).get("video.mp4") or {}).get("scale", 1)
-        return video_io.read_mp4(run / "video.mp4", downscale=int(scale)), "video.mp4"
-    raise FileNotFoundError(f"{run}: no frames.npz, frames.png or video.mp4")
+    for name in ("frames.npz", "frames.png", "video.mp4"):
+        path = run / name
+        if not path.is_file():
+            continue
+        try:
+            if name == "frames.npz":
+                return video_io.read_frames_npz(path), name
+            if name == "frames.png":
+                if video_io.strip_is_complete(path):
+                    return video_io.read_frame_strip(path), name
+                continue
+            meta = runstore.read_meta(run) or {}
+            scale = ((meta.get("outputs") or {}).get("video.mp4") or {}).get("scale", 1)
+            return video_io.read_mp4(path, downscale=int(scale)), name
+        except Exception as e:  # noqa: BLE001 - zipfile, zlib, PIL and ffmpeg each fail their own way on a damaged file
+            text = str(e).strip().splitlines()
+            raise DamagedRunError(f"{path}: damaged ({type(e).__name__}{': ' + text[0] if text else ''})") from None
+    raise FileNotFoundError(f"{run}: no frames.npz, no complete frames.png strip, no video.mp4")

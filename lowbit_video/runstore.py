@@ -24,6 +24,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import unicodedata
 from pathlib import Path
 from typing import Any, Iterator
@@ -144,12 +145,26 @@ def read_meta(run: str | os.PathLike) -> dict | None:
 
 def is_complete(run: str | os.PathLike) -> bool:
     """True iff meta.json exists, parses, and every file it lists under "files" exists."""
-    meta = read_meta(run)
-    if meta is None:
-        return False
-    files = meta.get("files", {})
+    return (Path(run) / META_NAME).is_file() and damage(run) is None
+
+
+def damage(run: str | os.PathLike) -> str | None:
+    """Why a folder holding meta.json is not a complete run (None: it is complete, or has no
+    meta.json). meta.json is written last and atomically, so a meta.json that does not parse, or
+    that lists files that are gone, is damage, not a run in progress."""
+    p = Path(run) / META_NAME
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"unreadable meta.json ({type(e).__name__})"
+    if not isinstance(data, dict):
+        return "meta.json is not a JSON object"
+    files = data.get("files", {})
     names = files.values() if isinstance(files, dict) else files
-    return all((Path(run) / str(n)).is_file() for n in names)
+    gone = [str(n) for n in names if not (Path(run) / str(n)).is_file()]
+    return f"files listed in meta.json are missing: {', '.join(gone)}" if gone else None
 
 
 def reset_run_dir(run: str | os.PathLike) -> list[str]:
@@ -167,24 +182,125 @@ def reset_run_dir(run: str | os.PathLike) -> list[str]:
     return sorted(removed)
 
 
-def iter_runs(root: str | os.PathLike) -> Iterator[Path]:
+# ------------------------------------------------------------------------------ claims and checks
+
+
+class Claim:
+    """A held claim on a run folder for one stage ("generate", "evaluate"): an exclusive, non-blocking
+    flock on `<run>/.claim-<stage>`, the file holding "pid host" of the holder for messages.
+    The kernel drops the lock when its process dies (also on SIGKILL), so a killed process never
+    leaves a run stuck: the file it leaves behind is simply locked again by the next claimant.
+    `release` unlinks the file while still holding the lock; a claimant that locked the unlinked
+    file sees that the path no longer names it and tries again (the usual lock-file protocol)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self._fd = path, fd
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self._fd)  # closing drops the lock
+        self._fd = -1
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def claim_path(run: str | os.PathLike, stage: str) -> Path:
+    return Path(run) / f".claim-{stage}"
+
+
+def claim_run(run: str | os.PathLike, stage: str) -> Claim | None:
+    """Claim `run` for `stage`; None when another live process holds it (see `claim_holder`)."""
+    import fcntl
+
+    path = claim_path(run, stage)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # released (unlinked) between our open and our lock: try the new file
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        return Claim(path, fd)
+
+
+def claim_holder(run: str | os.PathLike, stage: str) -> str:
+    """'pid P on host H' of the process holding the claim, as it wrote it ("" if unknown)."""
+    try:
+        pid, host = claim_path(run, stage).read_text().split()[:2]
+    except (OSError, ValueError):
+        return ""
+    return f"pid {pid} on {host}"
+
+
+def output_problem(path: str | os.PathLike, *, is_dir: bool) -> str | None:
+    """Why `path` cannot be written as an output folder (is_dir) or file, else None. Creates the
+    folder (or the file's folder) and writes and removes a probe file in it, so a read-only mount,
+    /proc or a path through a file is found before any work is done."""
+    path = Path(path)
+    folder = path if is_dir else path.parent
+    if is_dir and path.exists() and not path.is_dir():
+        return "exists and is not a folder"
+    if not is_dir and path.is_dir():
+        return "is a folder, not a file"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = temp_name(folder / "write-probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        return f"cannot write there ({e.strerror or type(e).__name__})"
+    return None
+
+
+def check_output(path: str | os.PathLike, option: str, *, is_dir: bool = True) -> None:
+    """UserError "<option> <path>: <why>" when `output_problem` finds one."""
+    from .errors import UserError
+
+    why = output_problem(path, is_dir=is_dir)
+    if why:
+        raise UserError(f"{option} {path}: {why}")
+
+
+def iter_runs(root: str | os.PathLike, damaged: list[tuple[Path, str]] | None = None) -> Iterator[Path]:
     """Complete run directories at or under `root` (sorted walk; a run's own subfolders are not
-    searched)."""
+    searched). Folders with a damaged meta.json (see `damage`) are appended to `damaged` as
+    (folder, reason) when a list is given."""
     root = Path(root)
-    if is_complete(root):
-        yield root
-        return
-    for dirpath, dirnames, _ in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
+        if META_NAME not in filenames:
+            continue
         here = Path(dirpath)
-        if here != root and is_complete(here):
+        why = damage(here)
+        if why is None:
             dirnames[:] = []
             yield here
+        elif damaged is not None:
+            damaged.append((here, why))
 
 
-def find_runs(paths) -> list[Path]:
+def find_runs(paths, damaged: list[tuple[Path, str]] | None = None) -> list[Path]:
     """Complete runs at or under each of `paths`, in argument order, duplicates removed (resolved
-    paths). UserError for an empty list, a missing path, or a path with no complete run."""
+    paths). UserError for an empty list, a missing path, or a path with no complete run. Damaged
+    run folders (`damage`) are appended to `damaged` as (resolved folder, reason) when a list is
+    given, so the caller can report them."""
     from collections import OrderedDict
 
     from .errors import UserError
@@ -196,16 +312,21 @@ def find_runs(paths) -> list[Path]:
         p = Path(p)
         if not p.exists():
             raise UserError(f"{p}: no such file or directory")
-        runs = list(iter_runs(p))
+        bad: list[tuple[Path, str]] = []
+        runs = list(iter_runs(p, bad))
         if not runs:
-            raise UserError(f"{p}: no complete runs (a run directory holds meta.json; make them with `lowbit-video generate`)")
+            hint = f"; {len(bad)} damaged, e.g. {bad[0][0]}: {bad[0][1]}" if bad else ""
+            raise UserError(f"{p}: no complete runs (a run directory holds meta.json; make them with "
+                            f"`lowbit-video generate`){hint}")
         found.extend(runs)
+        if damaged is not None:
+            damaged.extend((d.resolve(), why) for d, why in bad if (d.resolve(), why) not in damaged)
     return list(OrderedDict.fromkeys(r.resolve() for r in found))
 
 
 __all__ = [
     "find_runs",
     "META_NAME", "OUTPUT_NAMES", "atomic_path", "atomic_write_bytes", "atomic_write_json", "component",
-    "is_complete", "is_temp", "iter_runs", "prompt_slug", "read_meta", "reset_run_dir", "run_dir",
+    "Claim", "check_output", "claim_holder", "claim_run", "damage", "is_complete", "output_problem", "is_temp", "iter_runs", "prompt_slug", "read_meta", "reset_run_dir", "run_dir",
     "safe_name", "temp_name",
 ]

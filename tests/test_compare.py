@@ -204,6 +204,26 @@ def test_unpaired_and_foreign_baseline_runs_are_left_out(tmp_path: Path):
     assert any("no fp16 run" in w for w in comp.warnings)
 
 
+def test_runs_dropped_for_damage_are_named_with_the_reason(tmp_path: Path):
+    out = tmp_path / "r"
+    make_run(out, "fp16", P1, 0, dict(BASE_PAIRED))
+    make_run(out, "fp16", P2, 0, dict(BASE_PAIRED))
+    make_run(out, "mxattention", P1, 0, {"psnr": 20.0, "ssim": 0.8, "cosine": 0.9, "lpips": 0.1})
+    bad_metrics = make_run(out, "mxattention", P2, 0, {"psnr": 99.0, "ssim": 0.1, "cosine": 0.1, "lpips": 0.9})
+    (bad_metrics / "metrics.json").write_text('{"metrics": {"psnr": 9')          # cut short
+    bad_meta = make_run(out, "nvfp4", P1, 0, {"psnr": 30.0, "ssim": 0.8, "cosine": 0.9, "lpips": 0.1})
+    (bad_meta / "meta.json").write_text("{")
+    comp = collect([out])
+    row = comp.models[0].row("mxattention")
+    assert row.n == 1 and row.values["psnr"] == pytest.approx(20.0)
+    reasons = {x["dir"]: x["reason"] for x in comp.left_out}
+    assert reasons[str(bad_metrics.resolve())] == "unreadable metrics.json (JSONDecodeError)"
+    assert reasons[str(bad_meta.resolve())].startswith("damaged run: unreadable meta.json")
+    assert any(w.startswith("1 run left out (unreadable metrics.json") and str(bad_metrics.resolve()) in w
+               for w in comp.warnings), comp.warnings
+    assert any(w.startswith("1 run left out (damaged run") for w in comp.warnings), comp.warnings
+
+
 def test_stale_baseline_is_left_out(tmp_path: Path):
     out = tmp_path / "r"
     make_run(out, "fp16", P1, 0, dict(BASE_PAIRED))

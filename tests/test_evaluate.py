@@ -321,3 +321,94 @@ def test_real_runs_of_the_shipped_model(tmp_path):
     assert res["fp16"]["metrics"]["psnr"] == {"unavailable": "baseline run"}
     for r in res.values():
         assert json.loads((Path(r["dir"]) / "metrics.json").read_text())["metrics"] == r["metrics"]
+
+
+# ------------------------------------------------------------------------- damage, typos, concurrency
+
+
+def test_an_unknown_baseline_is_refused_before_any_write(pair, tmp_path):
+    out, _, q_dir, _, _ = pair
+    evaluate_runs([out], metrics=["psnr"], weights_dir=str(tmp_path))
+    before = (q_dir / "metrics.json").read_bytes()
+    with pytest.raises(UserError, match="--baseline nosuchrecipe: no such recipe .*recipes found: fp16, mxattention"):
+        evaluate_runs([out], metrics=["psnr"], weights_dir=str(tmp_path), baseline="nosuchrecipe")
+    assert (q_dir / "metrics.json").read_bytes() == before
+    res = CliRunner().invoke(_cli(), ["evaluate", str(out), "--baseline", "nosuchrecipe"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --baseline nosuchrecipe") and "Traceback" not in res.output
+
+
+def test_scores_whose_baseline_is_gone_are_kept_not_destroyed(pair, tmp_path):
+    import shutil
+
+    out, fp16_dir, q_dir, base, q = pair
+    evaluate_runs([out], metrics=["psnr", "cosine"], weights_dir=str(tmp_path))
+    stored = json.loads((q_dir / "metrics.json").read_text())
+    shutil.rmtree(fp16_dir)
+    rep = ev.EvalReporter()
+    (res,) = evaluate_runs([out], metrics=["psnr", "ssim"], weights_dir=str(tmp_path), overwrite=True, reporter=rep)
+    now = json.loads((q_dir / "metrics.json").read_text())
+    assert now["metrics"]["psnr"] == stored["metrics"]["psnr"] == pytest.approx(psnr_by_hand(q, base), abs=1e-9)
+    assert now["metrics"]["cosine"] == stored["metrics"]["cosine"]
+    assert now["baseline"] == stored["baseline"]
+    assert now["metrics"]["ssim"] == {"unavailable": "no fp16 run of the same model, prompt, seed and steps"}
+    assert any(w.startswith("1 run keeps the paired scores stored against its fp16 run") for w in rep.warnings)
+
+
+@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04" + bytes(96)])   # 0 bytes; a truncated zip of 100 bytes
+def test_a_damaged_run_is_reported_and_the_others_are_scored(tmp_path, damage):
+    out = tmp_path / "runs"
+    base = base_clip()
+    make_run(out, "fp16", base)
+    ok = make_run(out, "mxattention", shifted(base, 5))
+    hurt = make_run(out, "nvfp4", shifted(base, 9))
+    (hurt / "frames.npz").write_bytes(damage)
+    rep = ev.EvalReporter()
+    res = by_recipe(evaluate_runs([out], metrics=["psnr", "adherence"], weights_dir=str(tmp_path), reporter=rep))
+    assert res["nvfp4"]["status"] == "damaged" and "frames.npz: damaged" in res["nvfp4"]["error"]
+    assert not (hurt / "metrics.json").exists()
+    assert res["mxattention"]["status"] == "scored" and isinstance(res["mxattention"]["metrics"]["psnr"], float)
+    assert (ok / "metrics.json").is_file()
+    assert len([w for w in rep.warnings if "not scored" in w and "nvfp4" in w]) == 1
+
+
+def test_a_damaged_baseline_or_meta_isolates_only_its_runs(tmp_path):
+    out = tmp_path / "runs"
+    base = base_clip()
+    fp16 = make_run(out, "fp16", base)
+    q = make_run(out, "mxattention", shifted(base, 5))
+    other_prompt = "a blue square static on a white background"
+    fp16_b = make_run(out, "fp16", base, prompt=other_prompt)
+    q_b = make_run(out, "mxattention", shifted(base, 7), prompt=other_prompt)
+    (fp16 / "frames.npz").write_bytes((fp16 / "frames.npz").read_bytes()[:100])
+    meta_hurt = make_run(out, "nvfp4", base)
+    (meta_hurt / "meta.json").write_text("{ truncated")
+    rep = ev.EvalReporter()
+    res = {r["dir"]: r for r in evaluate_runs([out], metrics=["psnr"], weights_dir=str(tmp_path), reporter=rep)}
+    assert res[str(q.resolve())]["status"] == "damaged" and str(fp16 / "frames.npz") in res[str(q.resolve())]["error"]
+    assert isinstance(res[str(q_b.resolve())]["metrics"]["psnr"], float)
+    assert res[str(meta_hurt.resolve())]["status"] == "damaged"
+    assert "unreadable meta.json" in res[str(meta_hurt.resolve())]["error"]
+    assert any("nvfp4" in w and "damaged run left out" in w for w in rep.warnings)
+    assert res[str(fp16_b.resolve())]["status"] == "scored"
+
+
+def test_unwritable_run_folders_are_an_error_before_scoring(pair, tmp_path, monkeypatch):
+    out, _, q_dir, _, _ = pair
+    real = runstore.output_problem
+    monkeypatch.setattr(runstore, "output_problem",
+                        lambda p, is_dir: "cannot write there (Read-only file system)" if "mxattention" in str(p) else real(p, is_dir=is_dir))
+    with pytest.raises(UserError, match="cannot write there .*metrics.json cannot be written"):
+        evaluate_runs([out], metrics=["psnr"], weights_dir=str(tmp_path))
+    assert not list(out.rglob("metrics.json"))
+
+
+def test_a_run_claimed_by_another_evaluate_is_left_to_it(pair, tmp_path):
+    out, fp16_dir, q_dir, _, _ = pair
+    with runstore.claim_run(q_dir, "evaluate"):
+        rep = ev.EvalReporter()
+        res = by_recipe(evaluate_runs([out], metrics=["psnr"], weights_dir=str(tmp_path), reporter=rep))
+    assert res["mxattention"]["status"] == "claimed" and not (q_dir / "metrics.json").exists()
+    assert res["fp16"]["status"] == "scored"
+    assert any("being scored by another process" in w for w in rep.warnings)
+    res = by_recipe(evaluate_runs([out], metrics=["psnr"], weights_dir=str(tmp_path)))  # claim released
+    assert res["mxattention"]["status"] == "scored" and res["fp16"]["status"] == "skipped"

@@ -90,3 +90,76 @@ def test_iter_runs_walks_and_skips_incomplete(tmp_path):
     assert sorted(rs.iter_runs(tmp_path)) == sorted(done)
     assert list(rs.iter_runs(done[0])) == [done[0]]
     assert list(rs.iter_runs(partial)) == []
+
+
+def test_damaged_meta_is_reported_not_silently_skipped(tmp_path):
+    good, bad, gone = tmp_path / "a" / "seed-0", tmp_path / "b" / "seed-0", tmp_path / "c" / "seed-0"
+    for d in (good, bad, gone):
+        d.mkdir(parents=True)
+    rs.atomic_write_json(good / "meta.json", {"files": {}})
+    (bad / "meta.json").write_text("{not json")
+    rs.atomic_write_json(gone / "meta.json", {"files": {"frames": "frames.npz"}})
+    damaged = []
+    assert rs.find_runs([tmp_path], damaged) == [good.resolve()]
+    assert damaged == [(bad.resolve(), "unreadable meta.json (JSONDecodeError)"),
+                       (gone.resolve(), "files listed in meta.json are missing: frames.npz")]
+    with pytest.raises(rs_user_error(), match="1 damaged, e.g. .*unreadable meta.json"):
+        rs.find_runs([bad.parent])
+
+
+def rs_user_error():
+    from lowbit_video.errors import UserError
+
+    return UserError
+
+
+@pytest.mark.parametrize("where,is_dir,why", [
+    ("a-file/out", True, "Not a directory"),
+    ("a-file", True, "exists and is not a folder"),
+    ("/proc/lowbit-video-out", True, "cannot write there"),
+    ("/sys/lowbit-video-out", True, "cannot write there"),
+    ("/proc/table.md", False, "cannot write there"),
+    ("folder", False, "is a folder"),
+])
+def test_unwritable_outputs_are_found_before_any_work(tmp_path, where, is_dir, why):
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    assert why in rs.output_problem(tmp_path / where, is_dir=is_dir)
+    with pytest.raises(rs_user_error(), match=f"^--out .*{why}"):
+        rs.check_output(tmp_path / where, "--out", is_dir=is_dir)
+    assert rs.output_problem(tmp_path / "new" / "deep", is_dir=True) is None
+    assert [p.name for p in (tmp_path / "new" / "deep").iterdir()] == []  # the probe is gone
+
+
+def test_a_claim_excludes_others_and_dies_with_its_process(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    run = tmp_path / "seed-0"
+    with rs.claim_run(run, "generate") as mine:
+        assert mine is not None
+        assert rs.claim_run(run, "generate") is None  # a second claimant (another open file) is refused
+        assert rs.claim_holder(run, "generate") == f"pid {os.getpid()} on {__import__('socket').gethostname()}"
+        other = rs.claim_run(run, "evaluate")  # stages claim independently
+        assert other is not None
+        other.release()
+    assert not rs.claim_path(run, "generate").exists()  # released: no file left behind
+
+    # a process killed while holding the claim leaves its file, but not the lock
+    code = ("import sys, time; from lowbit_video import runstore as rs; c = rs.claim_run(sys.argv[1], 'generate'); "
+            "print('held', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout.readline().strip() == "held"
+        assert rs.claim_run(run, "generate") is None
+        assert rs.claim_holder(run, "generate").startswith(f"pid {child.pid} ")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert rs.claim_path(run, "generate").exists()
+    again = rs.claim_run(run, "generate")
+    assert again is not None
+    again.release()
