@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 
+from .evaluate import EvalReporter
+
 WeightsDirOpt = typer.Option(None, "--weights-dir", help="Weights root (default: $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights).")
 
 
@@ -39,19 +41,26 @@ def _availability(root: Path) -> dict:
     return out
 
 
-class _EvalProgress:
-    """evaluate's progress on stderr: one bar over the runs with work, a line for the VBench subprocess."""
+class _EvalProgress(EvalReporter):
+    """evaluate's progress on stderr: one bar over the runs with work, a line for the VBench subprocess,
+    a `warning:` line per warning (also under --quiet and --json: they say what was not scored)."""
 
     def __init__(self, quiet: bool) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from .cli import err
 
+        super().__init__()
+
         self.err, self.quiet = err, quiet
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                  TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal)
         self.task = None
         self.n_runs = self.todo = 0
+
+    def warning(self, text: str) -> None:
+        super().warning(text)
+        self.progress.console.print(f"warning: {text}", highlight=False, markup=False, soft_wrap=True)
 
     def planned(self, runs: list, todo: int) -> None:
         self.n_runs, self.todo = len(runs), todo
@@ -111,7 +120,10 @@ def _summary(results: list[dict], title: str) -> None:
         for (n, why), count in reasons.items():
             out.print(f"  {n} ({count} run{'s' * (count != 1)}): {why}", highlight=False, markup=False)
     scored = sum(r["status"] == "scored" for r in results)
-    out.print(f"scored {scored} run{'s' * (scored != 1)}, {len(results) - scored} already scored; "
+    skipped = sum(r["status"] == "skipped" for r in results)
+    extra = "".join(f", {n} {k} (see the warnings)" for k in ("damaged", "claimed")
+                    if (n := sum(r["status"] == k for r in results)))
+    out.print(f"scored {scored} run{'s' * (scored != 1)}, {skipped} already scored{extra}; "
               f"metrics.json beside each run", highlight=False)
 
 
@@ -153,13 +165,15 @@ def register(app: typer.Typer) -> None:
             reporter.close()
         scored = sum(r["status"] == "scored" for r in results)
         other = sum(r["status"] == "other-shard" for r in results)
+        not_scored = {k: sum(r["status"] == k for r in results) for k in ("damaged", "claimed")}
         if not talk:
             print(f"{prefix}scored {reporter.todo} of this rank's {reporter.n_runs} runs, "
                   f"{reporter.n_runs - reporter.todo} already scored", file=sys.stderr)
             return
         if as_json:
-            doc = {"runs": results, "scored": scored, "skipped": len(results) - scored - other,
-                   "weights_root": results[0]["weights_root"] if results else None}
+            doc = {"runs": results, "scored": scored, "skipped": sum(r["status"] == "skipped" for r in results),
+                   **not_scored, "warnings": reporter.warnings,
+                   "weights_root": next((r["weights_root"] for r in results if "weights_root" in r), None)}
             if not spec.single:
                 doc.update({"shard": spec.to_dict(), "other_shard": other})
             print_json(doc)
@@ -167,7 +181,8 @@ def register(app: typer.Typer) -> None:
             print(f"{prefix}scored {scored} of this process's {len(results) - other} runs, "
                   f"{len(results) - other - scored} already scored; {other} runs belong to other shards")
         elif quiet:
-            print(f"scored {scored} runs, {len(results) - scored} already scored")
+            extra = "".join(f", {n} {k}" for k, n in not_scored.items() if n)
+            print(f"scored {scored} runs, {sum(r['status'] == 'skipped' for r in results)} already scored{extra}")
         else:
             _summary(results, f"evaluate · baseline {baseline} · {len(results)} run{'s' * (len(results) != 1)}")
 

@@ -606,8 +606,9 @@ def adherence(paths: Sequence[str | os.PathLike]) -> dict:
     "runs", "skipped": [{"dir", "reason"}]}; accuracies are fractions over the scored runs."""
     from .models.tiny_shapes.adherence import score_clip
 
-    runs = runstore.find_runs(paths)
-    scores, skipped = [], []
+    damaged: list = []
+    runs = runstore.find_runs(paths, damaged)
+    scores, skipped = [], [{"dir": str(d), "reason": f"damaged run: {why}"} for d, why in damaged]
     for run in runs:
         meta = runstore.read_meta(run) or {}
         model = meta.get("model", {})
@@ -619,7 +620,7 @@ def adherence(paths: Sequence[str | os.PathLike]) -> dict:
         try:
             frames, source = load_run_frames(run)
             s = score_clip(frames, meta["prompt"])
-        except (KeyError, ValueError, OSError) as e:
+        except (KeyError, ValueError, OSError) as e:  # DamagedRunError among them: one run, not the batch
             skipped.append({"dir": str(run), "reason": f"unreadable: {e}"})
             continue
         if s is None:

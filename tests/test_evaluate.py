@@ -369,6 +369,13 @@ def test_a_damaged_run_is_reported_and_the_others_are_scored(tmp_path, damage):
     assert res["mxattention"]["status"] == "scored" and isinstance(res["mxattention"]["metrics"]["psnr"], float)
     assert (ok / "metrics.json").is_file()
     assert len([w for w in rep.warnings if "not scored" in w and "nvfp4" in w]) == 1
+    res = CliRunner().invoke(_cli(), ["evaluate", str(out), "--metrics", "psnr", "--weights-dir", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["damaged"] == 1 and len(doc["warnings"]) == 1 and "Traceback" not in res.output
+    assert res.stderr.startswith("warning: ") and "nvfp4" in res.stderr and "frames.npz: damaged" in res.stderr
+    res = CliRunner().invoke(_cli(), ["evaluate", str(out), "--metrics", "psnr", "--weights-dir", str(tmp_path)])
+    assert res.exit_code == 0 and "1 damaged (see the warnings)" in res.stdout, res.output
 
 
 def test_a_damaged_baseline_or_meta_isolates_only_its_runs(tmp_path):

@@ -260,7 +260,26 @@ def test_adherence_reads_lossless_frames_and_walks_folders(fake, tmp_path):
     cli = invoke("adherence", str(tmp_path / "tiny-shapes"), str(other), "--json")
     assert cli.exit_code == 0, cli.stderr
     data = json.loads(cli.stdout)
-    assert {"color_accuracy", "motion_accuracy", "shape_accuracy", "n"} <= set(data) and data["skipped"] == 1
+    # skipped: the wan run, and the run whose listed files were deleted above (damaged, reported)
+    assert {"color_accuracy", "motion_accuracy", "shape_accuracy", "n"} <= set(data) and data["skipped"] == 2
     assert "not tiny-shapes" in cli.stderr
     none = invoke("adherence", str(other))
     assert none.exit_code == 2 and none.stderr.count("error:") == 1
+
+
+def test_adherence_isolates_damaged_runs(fake, tmp_path):
+    gen.generate(cfg(tmp_path, recipes=["fp16"], seeds=[0, 1]))
+    truncated = runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[0], 0)
+    (truncated / "frames.npz").write_bytes((truncated / "frames.npz").read_bytes()[:100])
+    empty = runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[0], 1)
+    (empty / "frames.npz").write_bytes(b"")
+    bad_meta = runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[1], 0)
+    (bad_meta / "meta.json").write_text("{")
+    res = gen.adherence([tmp_path])
+    assert res["n"] == 1 and res["runs"] == 3
+    reasons = {s["dir"]: s["reason"] for s in res["skipped"]}
+    assert "frames.npz: damaged (BadZipFile" in reasons[str(truncated.resolve())]
+    assert "frames.npz: damaged (EOFError" in reasons[str(empty.resolve())]
+    assert reasons[str(bad_meta.resolve())].startswith("damaged run: unreadable meta.json")
+    cli = invoke("adherence", str(tmp_path))
+    assert cli.exit_code == 0 and cli.stderr.count("note: skipped") == 3 and "Traceback" not in cli.output
