@@ -587,7 +587,8 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
             "capture": None if capture is None else {"dir": str(capture.dir), "blocks": capture.blocks,
                                                      "steps": capture.steps},
             "timings": {"load_s": round(load_s, 4), "sample_s": round(sample_s / len(chunk), 4),
-                        "sample_batch_s": round(sample_s, 4), "batch_size": len(chunk)},
+                        "sample_batch_s": round(sample_s, 4), "batch_size": len(chunk),
+                        **(getattr(model, "last_timing", None) or {})},
         }
         if write:  # context parallel: only rank 0 writes (every rank has the same frames)
             write_run(run, clip, meta=meta)

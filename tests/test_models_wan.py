@@ -194,3 +194,15 @@ def test_ti2v_5b_expand_timesteps_and_16x_vae(folders):
     assert m.last_run["quantized"] == 2 * 2 * 2  # steps x (cond + uncond) x blocks
     with pytest.raises(UserError, match="multiples of 32"):
         m.generate(["x"], [0], recipe="fp16", steps=1, height=48, width=64, frames=9)
+
+
+def test_transformer_time_is_binned_per_denoising_step(wan21):
+    # 3 steps under CFG: two transformer forwards per step, each step's time is theirs summed.
+    wan21.generate(["a red circle"], [0], recipe="fp16", guidance=5.0, **SMALL)
+    t = wan21.last_timing
+    assert t["transformer_forwards"] == 6
+    assert len(t["transformer_s_per_step"]) == 3 and all(s > 0 for s in t["transformer_s_per_step"])
+    assert t["transformer_s"] == pytest.approx(sum(t["transformer_s_per_step"]), abs=1e-3)
+    assert "peak_memory_gib" not in t  # CPU: no allocator peak to report
+    # the hooks are gone afterwards: a plain forward adds nothing
+    assert not wan21.pipe.transformer._forward_hooks and not wan21.pipe.transformer._forward_pre_hooks

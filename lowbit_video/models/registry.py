@@ -152,6 +152,7 @@ class VideoModel(ABC):
         self.dtype = dtype
         self.path = path
         self.last_run: dict[str, Any] | None = None  # attention-call counts of the last generate
+        self.last_timing: dict[str, Any] | None = None  # transformer time per step, peak memory (timing.py)
 
     # -- public
 
@@ -178,11 +179,14 @@ class VideoModel(ABC):
             writer.prompts, writer.seeds = prompts, seeds
         schedulers = self._schedulers()
         from .injection import injected
+        from .timing import TransformerTimer
 
+        timer = TransformerTimer([t for _, t in self._transformers() if t is not None], tracker, self.device)
         with torch.no_grad(), injected(self._transformers(), recipe, schedulers=schedulers, tracker=tracker,
-                                       capture=writer) as ctx:
+                                       capture=writer) as ctx, timer:
             video = self._sample(prompts, seeds, s, ctx, schedulers)
         self.last_run = ctx.summary()
+        self.last_timing = timer.summary()
         video = np.asarray(video, dtype=np.float32)
         return np.clip(video, 0.0, 1.0)
 

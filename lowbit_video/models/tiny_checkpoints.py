@@ -35,8 +35,9 @@ _WORDS = (
 ).split()
 
 
-def _tokenizer(extra_special: tuple[str, ...] = (), bos: bool = False):
-    """A word-level fast tokenizer (whitespace split, unknown words -> <unk>, `</s>` appended)."""
+def word_tokenizer(extra_special: tuple[str, ...] = (), bos: bool = False):
+    """A word-level fast tokenizer (whitespace split, unknown words -> <unk>, `</s>` appended), built
+    offline; returns (tokenizer, vocabulary size)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -84,7 +85,7 @@ def tiny_wan_pipeline(*, two_experts: bool = False, ti2v: bool = False, seed: in
     else:
         vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                temperal_downsample=[False, True, True])
-    tokenizer, vocab_size = _tokenizer()
+    tokenizer, vocab_size = word_tokenizer()
     text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=vocab_size, d_model=32, d_ff=37, d_kv=8, num_heads=4,
                                                num_layers=2, feed_forward_proj="relu", pad_token_id=0,
                                                eos_token_id=1, decoder_start_token_id=0))
@@ -132,11 +133,11 @@ def tiny_hunyuan_pipeline(*, seed: int = 0):
         mid_block_add_attention=True,
     )
     scheduler = FlowMatchEulerDiscreteScheduler(shift=7.0)
-    tokenizer, vocab = _tokenizer(bos=True)
+    tokenizer, vocab = word_tokenizer(bos=True)
     text_encoder = LlamaModel(LlamaConfig(bos_token_id=3, eos_token_id=1, pad_token_id=0, hidden_size=16,
                                           intermediate_size=37, num_attention_heads=4, num_key_value_heads=4,
                                           num_hidden_layers=3, vocab_size=vocab, hidden_act="gelu"))
-    tokenizer_2, vocab_2 = _tokenizer(bos=True)
+    tokenizer_2, vocab_2 = word_tokenizer(bos=True)
     text_encoder_2 = CLIPTextModel(CLIPTextConfig(bos_token_id=3, eos_token_id=1, pad_token_id=0, hidden_size=8,
                                                   intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
                                                   vocab_size=vocab_2, hidden_act="gelu", projection_dim=8,
@@ -153,4 +154,5 @@ def save_tiny_hunyuan(path: str | Path, *, seed: int = 0) -> Path:
 
 
 __all__ = ["save_tiny_hunyuan", "save_tiny_wan", "tiny_hunyuan_pipeline", "tiny_hunyuan_transformer_config",
-           "tiny_wan_pipeline", "tiny_wan_transformer_config"]
+           "tiny_wan_pipeline", "tiny_wan_transformer_config",
+           "word_tokenizer"]
