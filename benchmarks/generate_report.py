@@ -4,10 +4,12 @@ time per denoising step and its ratio to fp16, peak GPU memory, and the attentio
     python benchmarks/generate_report.py RUNS [--json]
 
 Reads every complete run's meta.json under RUNS (written by `generate`: timings and
-attention_calls). Per recipe it takes the run of its last seed, so a seed generated first absorbs
-the one-time costs (kernel compilation, allocator warm-up) and the figures are those of a warm
-process; the per-step time is the median over that run's denoising steps. Ratios are to the fp16
-runs of the same model in the same folder.
+attention_calls). Per recipe it takes the run of its last seed. Two step times:
+* quantized step: the median over the steps whose attention the recipe quantized (its precision
+  policy keeps some steps in 16 bit: a recipe's speed-up is measured on the others);
+* mean step: the mean over every step but the first (the first absorbs one-time costs: kernel
+  compilation, allocator warm-up), the policy included: what a clip of that many steps gets.
+Ratios are fp16's time over the recipe's, fp16 from the same model in the same folder.
 """
 
 from __future__ import annotations
@@ -34,28 +36,44 @@ def rows(root: str | Path) -> list[dict]:
         key = (model, recipe)
         if key not in last or meta.get("seed", 0) >= last[key]["seed"]:
             calls = meta.get("attention_calls") or {}
+            per_step = t["transformer_s_per_step"]
+            by_step = calls.get("by_step") or {}
+            quantized = [s for i, s in enumerate(per_step) if (by_step.get(str(i)) or {}).get("quantized")]
             last[key] = {"model": model, "recipe": recipe, "seed": meta.get("seed"),
-                         "size": meta.get("size"), "steps": meta.get("steps"),
-                         "clip_s": t.get("sample_s"), "step_s": statistics.median(t["transformer_s_per_step"]),
+                         "size": meta.get("size"), "steps": len(per_step), "quantized_steps": len(quantized),
+                         "clip_s": t.get("sample_s"),
+                         "quantized_step_s": statistics.median(quantized) if quantized else None,
+                         "mean_step_s": statistics.fmean(per_step[1:] or per_step),
                          "peak_memory_gib": t.get("peak_memory_gib"),
                          "calls": {k: calls.get(k) for k in ("quantized", "high", "fallback", "engine")
                                    if k in calls}}
     out = sorted(last.values(), key=lambda r: (r["model"], r["recipe"] != "fp16", r["recipe"]))
     for r in out:
         base = last.get((r["model"], "fp16"))
-        r["x_fp16"] = round(base["step_s"] / r["step_s"], 3) if base else None
+        fp16_step = base["mean_step_s"] if base else None  # fp16 has no policy: every warm step costs the same
+        r["x_fp16_quantized_step"] = (round(fp16_step / r["quantized_step_s"], 3)
+                                      if fp16_step and r["quantized_step_s"] else None)
+        r["x_fp16_mean_step"] = round(base["mean_step_s"] / r["mean_step_s"], 3) if base else None
     return out
 
 
+
 def markdown(table: list[dict]) -> str:
-    lines = ["| model | recipe | clip (s) | transformer per step (s) | step speed vs fp16 | peak memory (GiB) "
-             "| attention calls: quantized / 16-bit / fallback |", "|---|---|---|---|---|---|---|"]
+    def x(v):
+        return "" if v is None else f"{v:.3f}×"
+
+    def sec(v, digits=3):
+        return "" if v is None else f"{v:.{digits}f}"
+
+    lines = ["| model | recipe | steps (quantized) | clip (s) | quantized step (s) | × fp16 | mean step (s) | × fp16 "
+             "| peak memory (GiB) | attention calls: quantized / 16-bit / fallback |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         c = r["calls"]
         calls = " / ".join(str(c.get(k, 0)) for k in ("quantized", "high", "fallback"))
-        ratio = "" if r["x_fp16"] is None else f"{r['x_fp16']:.3f}×"
-        lines.append(f"| {r['model']} | {r['recipe']} | {r['clip_s']:.1f} | {r['step_s']:.3f} | {ratio} | "
-                     f"{r['peak_memory_gib']} | {calls} |")
+        lines.append(f"| {r['model']} | {r['recipe']} | {r['steps']} ({r['quantized_steps']}) | {sec(r['clip_s'], 1)} "
+                     f"| {sec(r['quantized_step_s'])} | {x(r['x_fp16_quantized_step'])} | {sec(r['mean_step_s'])} "
+                     f"| {x(r['x_fp16_mean_step'])} | {r['peak_memory_gib']} | {calls} |")
     return "\n".join(lines)
 
 

@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "generate_report.py"
 
 
@@ -19,20 +21,27 @@ def _run(root, recipe, seed, steps, clip_s):
     d.mkdir(parents=True)
     meta = {"model": {"name": "wan2.1-t2v-1.3b"}, "recipe": {"name": recipe}, "seed": seed, "steps": len(steps),
             "timings": {"sample_s": clip_s, "transformer_s_per_step": steps, "peak_memory_gib": 20.5},
-            "attention_calls": {"quantized": 4, "high": 2, "fallback": 0}, "files": {}}
+            "attention_calls": {"quantized": 4, "high": 2, "fallback": 0,
+                                "by_step": {str(i): {"quantized": int(i >= 2)} for i in range(len(steps))}},
+            "files": {}}
     (d / "meta.json").write_text(json.dumps(meta))
 
 
-def test_last_seed_median_step_and_ratio(tmp_path, capsys):
+def test_last_seed_quantized_and_mean_steps(tmp_path, capsys):
+    # the policy keeps steps 0 and 1 in 16 bit (by_step: quantized from step 2 on)
     _run(tmp_path, "fp16", 0, [9.0, 2.0, 2.0, 2.0], 30.0)  # seed 0: compilation in its first step
-    _run(tmp_path, "fp16", 1, [2.1, 2.0, 2.0, 1.9], 20.0)
-    _run(tmp_path, "sage2-int8", 1, [1.7, 1.6, 1.6, 1.5], 18.0)
+    _run(tmp_path, "fp16", 1, [3.0, 2.0, 2.0, 2.0, 2.0], 20.0)
+    _run(tmp_path, "sage2-int8", 1, [5.0, 2.0, 1.5, 1.7, 1.6], 18.0)
     rows = _load().rows(tmp_path)
     assert [r["recipe"] for r in rows] == ["fp16", "sage2-int8"]
-    assert rows[0]["seed"] == 1 and rows[0]["step_s"] == 2.0 and rows[0]["x_fp16"] == 1.0
-    assert rows[1]["step_s"] == 1.6 and rows[1]["x_fp16"] == 1.25
+    fp16, sage = rows
+    assert fp16["seed"] == 1 and fp16["mean_step_s"] == 2.0 and fp16["x_fp16_mean_step"] == 1.0
+    assert sage["quantized_steps"] == 3 and sage["quantized_step_s"] == 1.6
+    assert sage["x_fp16_quantized_step"] == 1.25
+    assert sage["mean_step_s"] == pytest.approx(1.7) and sage["x_fp16_mean_step"] == round(2.0 / 1.7, 3)
     assert _load().main([str(tmp_path)]) == 0
-    assert "| wan2.1-t2v-1.3b | sage2-int8 | 18.0 | 1.600 | 1.250× | 20.5 | 4 / 2 / 0 |" in capsys.readouterr().out
+    assert ("| wan2.1-t2v-1.3b | sage2-int8 | 5 (3) | 18.0 | 1.600 | 1.250× | 1.700 | 1.176× | 20.5 | 4 / 2 / 0 |"
+            in capsys.readouterr().out)
 
 
 def test_missing_folder_is_one_line(tmp_path, capsys):
