@@ -165,8 +165,10 @@ def read_plain_prompts(path: Path) -> list[str]:
     """One prompt per line; blank lines and '#' comments skipped (the format of prompts/*.txt)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"prompts file {path}: cannot read: {e}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"prompts file {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except OSError as e:
+        raise UserError(f"prompts file {path}: cannot read: {e.strerror or e}") from None
     return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
 
 
@@ -257,6 +259,9 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     )
     res.runs = [Run(runstore.run_dir(cfg.out, info.name, r.name, p, s), info.name, r, p, s)
                 for r in recipes for p in prompts for s in seeds]
+    runstore.check_output(cfg.out, "--out")  # before the model is loaded (seconds to minutes)
+    if cfg.capture_dir:
+        runstore.check_output(cfg.capture_dir, "--capture-qkv")
     return res
 
 

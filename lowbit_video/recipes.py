@@ -2,9 +2,12 @@
 
 A recipe says what attention does numerically (rotation, smoothing, a quantizer per operand, where
 the softmax tile is quantized) and which parts of a model keep 16-bit attention (its precision
-policy). Files may `include` a base file (path relative to the including file); tables are merged
-key by key, the including file winning. Unknown keys and bad values are one-line errors that name
-the file and the key.
+policy). Files may `include` a base file: a path relative to the including file, else relative to
+a recipe folder (`recipe_dirs`: so `include = "base/mxattention.toml"` works from any folder);
+tables are merged key by key, the including file winning. Unknown keys and values out of range are
+one-line errors that name the file, the key and the valid range (`SCHEMA` lists every field's).
+The name "fp16" is kept for the unquantized baseline: runs land in a folder named after the recipe,
+and evaluate pairs every run with the one in the fp16 folder.
 """
 
 from __future__ import annotations
@@ -30,6 +33,51 @@ GRANULARITIES = {
     "p": ("block", "per_row"),
 }
 DEFAULT_BLOCK = {"mxfp4": 32, "nvfp4": 16}
+# UOS clipping boundary: a block's maximum lands in (qmax/2, qmax] before E2M1 rounding. At or below 3
+# no block reaches E2M1's top values 4 and 6 (a wasted binade); at or above 12 every block's maximum
+# exceeds 6 and is clipped. Outside the open interval the format loses its meaning (and 1e-300 or
+# 1e308 push the E8M0 exponent out of range: NaN or all-zero tensors).
+QMAX_RANGE = (3.0, 12.0)
+# FP8 static scale: stored as float32; x / scale must be finite, so a normal float32 (2^-126 .. 2^127)
+STATIC_SCALE_RANGE = (2.0 ** -126, 2.0 ** 127)
+MAX_NESTING = 64  # tables nested deeper than this are no recipe or study (the parser would recurse away)
+BASELINE_NAME = "fp16"
+
+# Every field and its valid values: what `recipes validate` states on an error and `recipes schema`
+# lists. Keys are TOML key paths; <op> is one of q, k, v, p.
+SCHEMA: dict[str, str] = {
+    "name": "non-empty string (default: the file name); 'fp16' only for a dense recipe (the baseline)",
+    "description": "one-line string",
+    "paper": "string",
+    "include": "path of a base file, relative to this file or to a recipe folder",
+    "attention.kind": "dense | quantized | draft",
+    "attention.rotation": "none | hadamard | interleaved | half",
+    "attention.rope_segments": "list of positive integers summing to head_dim ([] = the model's)",
+    "attention.rotate_v": "true | false",
+    "attention.smooth_k": "true | false",
+    "attention.smooth_q": "true | false",
+    "attention.smooth_q_group": "integer >= 1 (tokens per group)",
+    "attention.placement": "pnq | direct",
+    "attention.tile_k": "integer >= 1, a multiple of the P̃ block",
+    "attention.<op>.format": " | ".join(FORMATS),
+    "attention.<op>.granularity": "q, k: block | per_token | per_token_group; v: block | per_channel; p: block | per_row",
+    "attention.<op>.block": "0 (the format's default) or >= 1; mxfp4: 32, nvfp4: 16",
+    "attention.<op>.group": "integer >= 1 (tokens per group, per_token_group)",
+    "attention.<op>.rule": "mxfp4 only: " + " | ".join(MX_RULES),
+    "attention.<op>.qmax": f"mxfp4 with rule uos only: a number in the open interval ({QMAX_RANGE[0]:g}, {QMAX_RANGE[1]:g})",
+    "attention.<op>.scheme": "int8, int4 only: symmetric | affine",
+    "attention.<op>.outer_scale": "nvfp4 only: tensor | row (p only) | none",
+    "attention.<op>.static_scale": f"fp8_e4m3 only: 0 (dynamic) or a number in [2^-126, 2^127] (a normal float32)",
+    "attention.draft.block": "64 | 128",
+    "attention.draft.maxpool_weight": "number in [0, 1]",
+    "attention.draft.sparsity": "number in [0, 1)",
+    "attention.draft.fp16": "share >= 0; fp16 + int8 + nvfp4 = 1",
+    "attention.draft.int8": "share >= 0; fp16 + int8 + nvfp4 = 1",
+    "attention.draft.nvfp4": "share >= 0; fp16 + int8 + nvfp4 = 1",
+    "policy.apply_to": "list drawn from self, cross",
+    "policy.high_precision_blocks": "list of integers (negative: from the end)",
+    "policy.high_precision_steps": "list of integers (negative: from the end)",
+}
 
 
 @dataclass(frozen=True)
@@ -207,14 +255,49 @@ def recipe_from_file(path: Path) -> Recipe:
     return recipe_from_dict(data, source=str(path), default_name=Path(path).stem)
 
 
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of tables and arrays, counted iteratively (no recursion to run out of)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            break
+        if isinstance(v, Mapping):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    too_deep = RecipeError(f"{path}: tables or arrays nested more than {MAX_NESTING} deep; not a recipe or study file")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # tomllib parses nested values recursively
+        raise too_deep from None
+    except IsADirectoryError:
+        raise RecipeError(f"{path}: is a folder, not a TOML file") from None
     except OSError as e:
         raise RecipeError(f"{path}: cannot read: {e.strerror}") from None
+    if _depth(data, MAX_NESTING) > MAX_NESTING:
+        raise too_deep
+    return data
+
+
+def _include_path(path: Path, include: str) -> Path:
+    """The included file: relative to the including file, else to a recipe folder."""
+    candidates = [path.parent / include] + [d / include for d in recipe_dirs()]
+    for c in candidates:
+        if c.is_file():
+            return c
+    if candidates[0].is_dir():
+        raise RecipeError(f"{path}: include: {candidates[0]} is a folder, not a TOML file")
+    where = ", ".join(str(c.parent) for c in candidates)
+    raise RecipeError(f"{path}: include: no file {include!r} beside it or in a recipe folder (looked in {where})")
 
 
 def read_with_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -227,12 +310,9 @@ def read_with_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any
     include = data.pop("include", None)
     if include is None:
         return data
-    if not isinstance(include, str):
+    if not isinstance(include, str) or not include:
         raise RecipeError(f"{path}: include: expected a file path string")
-    base_path = path.parent / include
-    if not base_path.is_file():
-        raise RecipeError(f"{path}: include: no such file {base_path}")
-    base = read_with_includes(base_path, seen + (resolved,))
+    base = read_with_includes(_include_path(path, include), seen + (resolved,))
     return _deep_merge(base, data)
 
 
@@ -257,6 +337,10 @@ def recipe_from_dict(data: Mapping[str, Any], *, source: str = "<dict>", default
     if not name:
         raise where.error("name", "must be a non-empty string")
     attention = _attention_from_dict(where, top.get("attention", {}))
+    if name == BASELINE_NAME and attention.kind != "dense":
+        raise where.error("name", f"{BASELINE_NAME!r} is kept for the unquantized baseline (runs of a recipe land "
+                          f"in a folder named after it, and evaluate pairs every run with the {BASELINE_NAME} one); "
+                          f"name this {attention.kind} recipe otherwise")
     policy = _policy_from_dict(where, top.get("policy", {}))
     return Recipe(
         name=name,
@@ -333,7 +417,9 @@ def _attention_from_dict(where: Where, raw: Any) -> AttentionSpec:
         extra = sorted(set(t) - {"kind", "draft"})[0]
         raise where.error(p + extra, "does not apply to kind 'draft' (its formats are fixed; see lowbit_video/attention/draft_exec.py)")
     if spec.smooth_q_group <= 0:
-        raise where.error(p + "smooth_q_group", "must be positive")
+        raise where.error(p + "smooth_q_group", f"must be {SCHEMA['attention.smooth_q_group']}, got {spec.smooth_q_group}")
+    if any(s <= 0 for s in spec.rope_segments):
+        raise where.error(p + "rope_segments", f"must be a {SCHEMA['attention.rope_segments']}, got {list(spec.rope_segments)}")
     if spec.kind == "dense" and spec.quantized:
         raise where.error(p + "kind", "'dense' recipes cannot quantize operands; use kind = \"quantized\"")
     if spec.kind == "quantized" and not spec.quantized:
@@ -376,18 +462,23 @@ def _operand_from_dict(where: Where, name: str, raw: Any) -> OperandQuant:
         outer_scale=where.choice(t, "outer_scale", ("tensor", "row", "none"), "tensor", prefix),
         static_scale=where.scalar(t, "static_scale", float, 0.0, prefix),
     )
-    if op.block < 0 or op.group <= 0:
-        raise where.error(prefix + "block", "block and group must be positive")
+    if op.block < 0:
+        raise where.error(prefix + "block", f"must be {SCHEMA['attention.<op>.block']}, got {op.block}")
+    if op.group <= 0:
+        raise where.error(prefix + "group", f"must be an {SCHEMA['attention.<op>.group']}, got {op.group}")
     if fmt == "mxfp4" and op.block_size != 32:
         raise where.error(prefix + "block", "MXFP4 blocks are 32 elements")
     if fmt == "nvfp4" and op.block_size != 16:
         raise where.error(prefix + "block", "NVFP4 blocks are 16 elements")
     if fmt in ("mxfp4", "nvfp4") and op.granularity != "block":
         raise where.error(prefix + "granularity", f"{fmt} is block-scaled; granularity must be 'block'")
-    if not (op.qmax > 0 and op.qmax < float("inf")):
-        raise where.error(prefix + "qmax", f"must be a positive finite number, got {op.qmax}")
+    check_qmax(where, prefix + "qmax", op.qmax)
     if op.static_scale < 0 or (op.static_scale and fmt != "fp8_e4m3"):
         raise where.error(prefix + "static_scale", "a positive static scale applies to fp8_e4m3 only")
+    lo, hi = STATIC_SCALE_RANGE
+    if op.static_scale and not lo <= op.static_scale <= hi:
+        raise where.error(prefix + "static_scale", f"must be {SCHEMA['attention.<op>.static_scale'].split(': ', 1)[1]}, "
+                          f"got {op.static_scale!r}")
     if op.outer_scale == "row" and name != "p":
         raise where.error(prefix + "outer_scale", "'row' (two-level P̃ scaling) applies to attention.p only")
     explicit = set(t)
@@ -404,6 +495,15 @@ def _operand_from_dict(where: Where, name: str, raw: Any) -> OperandQuant:
     if "qmax" in explicit and op.rule != "uos":
         raise where.error(prefix + "qmax", "only the 'uos' rule takes a qmax")
     return op
+
+
+def check_qmax(where: "Where", key: str, q: float) -> None:
+    """RecipeError unless `q` lies in QMAX_RANGE (shared with the studies that take a UOS boundary)."""
+    lo, hi = QMAX_RANGE
+    if not lo < q < hi:
+        raise where.error(key, f"must be in the open interval ({lo:g}, {hi:g}), got {q!r}: at or below {lo:g} "
+                          f"no block reaches E2M1's top values 4 and 6, at or above {hi:g} every block's maximum "
+                          "is clipped to 6")
 
 
 def _policy_from_dict(where: Where, raw: Any) -> PrecisionPolicy:

@@ -98,6 +98,8 @@ def test_qmax_grid_is_41_exact_decimals_and_bins_partition_it():
     ({"kind": "qmax-sweep", "qmax": {"q_step": "0.03"}}, "multiple of q_step"),
     ({"kind": "qmax-sweep", "qmax": {"q_min": "6.001"}}, "not a multiple of 0.01"),
     ({"kind": "rowsum", "rowsum": {"rule": "ocp", "qmax": 7.0}}, "only the 'uos' rule takes a qmax"),
+    ({"kind": "rowsum", "rowsum": {"rule": "uos", "qmax": 1e-300}}, "rowsum.qmax: must be in the open interval (3, 12)"),
+    ({"kind": "qmax-sweep", "qmax": {"q_max": "12.00"}}, "qmax.q_max: must be in the open interval (3, 12)"),
     ({"kind": "table3", "table3": {"rows": [{"config": "A", "recipe": "no-such-recipe", "hadamard": True,
                                               "pnq": True, "uos": True}]}}, "unknown recipe 'no-such-recipe'"),
     ({"kind": "table3", "qmax": {}}, "qmax: does not apply to kind 'table3'"),

@@ -203,6 +203,26 @@ def test_prompt_file_errors_name_the_line(fake, tmp_path):
         gen.generate(cfg(tmp_path, prompts=None, prompts_file=str(f)))
 
 
+def test_a_prompts_file_that_is_not_utf8_is_named(fake, tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_bytes(b"a red circle moving left on a black background\n\xff\xfe\n")
+    with pytest.raises(UserError, match=r"p.txt:2: not UTF-8 text \(byte 0xff"):
+        gen.generate(cfg(tmp_path / "out", prompts=None, prompts_file=str(f)))
+    with pytest.raises(UserError, match=r"prompts file .*p.txt: not UTF-8 text \(byte 0xff"):
+        gen.generate(cfg(tmp_path / "out", model="wan-fake", model_path=str(tmp_path), prompts=None, prompts_file=str(f)))
+
+
+@pytest.mark.parametrize("out, why", [("a-file", "exists and is not a folder"), ("a-file/runs", "Not a directory"),
+                                      ("/proc/lowbit-video-runs", "cannot write there")])
+def test_an_unwritable_out_is_refused_before_the_model_loads(fake, tmp_path, out, why):
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UserError, match=f"^--out .*{why}"):
+        gen.generate(cfg(tmp_path / out if not out.startswith("/") else out))
+    assert fake.loads == 0
+    res = invoke("generate", "--prompt", PROMPTS[0], "--out", str(tmp_path / out if not out.startswith("/") else out))
+    assert res.exit_code == 2 and res.stderr.startswith("error: --out") and "Traceback" not in res.output
+
+
 # ------------------------------------------------------------------------------ CLI (in-process)
 
 runner = CliRunner()

@@ -125,3 +125,65 @@ def test_policy_counts_negative_blocks_from_the_end():
     assert kept == [0, 1, 38, 39]
     kept30 = [b for b in range(30) if not pol.quantizes(block=b, step=5, num_steps=50, num_blocks=30)]
     assert kept30 == [0, 1, 28, 29]
+
+
+QMAX = 'name = "x"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "mxfp4"\nqmax = {}\n'
+
+
+@pytest.mark.parametrize("qmax", ["1e-300", "3", "3.0", "12", "1e308", "inf", "nan", "-1"])
+def test_qmax_outside_its_meaningful_range_is_refused(tmp_path, qmax):
+    path = _write(tmp_path, "q.toml", QMAX.format(qmax))
+    with pytest.raises(RecipeError, match=r"attention\.q\.qmax: must be in the open interval \(3, 12\)"):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize("qmax", ["3.01", "6", "7.25", "11.99"])
+def test_qmax_inside_the_range_loads(tmp_path, qmax):
+    assert load_recipe(_write(tmp_path, "q.toml", QMAX.format(qmax))).attention.q.qmax == float(qmax)
+
+
+def test_static_scale_must_be_a_normal_float32(tmp_path):
+    text = 'name = "x"\n[attention]\nkind = "quantized"\n[attention.p]\nformat = "fp8_e4m3"\nstatic_scale = {}\n'
+    with pytest.raises(RecipeError, match=r"static_scale: must be .*2\^-126"):
+        load_recipe(_write(tmp_path, "s.toml", text.format("1e-300")))
+    assert load_recipe(_write(tmp_path, "s.toml", text.format("0.002232142857142857"))).attention.p.static_scale > 0
+
+
+def test_every_field_has_a_stated_range():
+    from lowbit_video.recipes import SCHEMA, AttentionSpec, DraftSpec, OperandQuant
+
+    keys = {f"attention.{f.name}" for f in dataclasses.fields(AttentionSpec) if f.name not in "qkvp"}
+    keys |= {f"attention.<op>.{f.name}" for f in dataclasses.fields(OperandQuant)}
+    keys |= {f"attention.draft.{f.name}" for f in dataclasses.fields(DraftSpec)}
+    keys |= {"policy.apply_to", "policy.high_precision_blocks", "policy.high_precision_steps"}
+    keys -= {"attention.draft"}
+    assert keys <= set(SCHEMA), keys - set(SCHEMA)
+
+
+def test_deep_nesting_is_a_one_line_error_not_a_recursion(tmp_path):
+    deep = _write(tmp_path, "deep.toml", 'name = "x"\nbogus = ' + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(RecipeError, match="nested more than 64 deep"):
+        load_recipe(deep)
+    tables = _write(tmp_path, "tables.toml", "[" + ".".join(f"t{i}" for i in range(200)) + "]\n")
+    with pytest.raises(RecipeError, match="nested more than 64 deep"):
+        load_recipe(tables)
+
+
+def test_fp16_is_kept_for_the_unquantized_baseline(tmp_path):
+    fake = _write(tmp_path, "fake.toml", 'name = "fp16"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "int8"\n')
+    with pytest.raises(RecipeError, match=r"name: 'fp16' is kept for the unquantized baseline"):
+        load_recipe(fake)
+    assert load_recipe("fp16").attention.kind == "dense"
+
+
+def test_include_of_a_folder_and_of_a_shipped_base_from_anywhere(tmp_path):
+    (tmp_path / "base").mkdir()
+    folder = _write(tmp_path, "f.toml", 'include = "base"\nname = "f"\n')
+    with pytest.raises(RecipeError, match=r"include: .*base is a folder, not a TOML file"):
+        load_recipe(folder)
+    # the README's example: a file outside recipes/ including a shipped base
+    mine = _write(tmp_path, "my.toml", 'include = "base/mxattention.toml"\nname = "my"\n[attention.p]\nqmax = 7.0\n')
+    a = load_recipe(mine).attention
+    assert a.p.qmax == 7.0 and a.q.qmax == 7.25 and a.rotation == "hadamard"
+    with pytest.raises(RecipeError, match=r"include: no file 'nope.toml' beside it or in a recipe folder"):
+        load_recipe(_write(tmp_path, "n.toml", 'include = "nope.toml"\n'))

@@ -135,3 +135,19 @@ def test_read_prompts_skips_comments_and_names_bad_line(tmp_path):
     f.write_text("# header\na red circle static on a black background\na red blob static on a black background\n")
     with pytest.raises(ValueError, match=r"p.txt:3: .*'blob'"):
         read_prompts(f)
+
+
+def test_unknown_words_are_answered_with_the_vocabulary():
+    with pytest.raises(ValueError) as e:
+        parse_prompt("a purple circle static on a black background")
+    msg = str(e.value)
+    assert "unknown word 'purple'" in msg and "\n" not in msg
+    for word in (*COLORS, *SHAPES, *MOTIONS, *BACKGROUNDS):
+        assert word in msg, word
+
+
+def test_a_prompt_file_that_is_not_utf8_is_named(tmp_path):
+    f = tmp_path / "latin1.txt"
+    f.write_bytes("a red circle static on a black background\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.txt:2: not UTF-8 text \(byte 0xe9 at offset 47\)"):
+        read_prompts(f)

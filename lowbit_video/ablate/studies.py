@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import UserError
-from ..recipes import Where, read_with_includes  # shared include/merge and key-path errors
+from ..recipes import Where, check_qmax, read_with_includes  # shared include/merge and key-path errors
 
 KINDS = ("table3", "qmax-sweep", "rowsum")
 TENSORS = ("q", "k", "v")
@@ -274,6 +274,8 @@ def _qmax(w: Where, raw: Any, capture: CaptureParams) -> QmaxParams:
     if not (0 < lo <= hi) or step <= 0 or (hi - lo) % step:
         raise w.error(p + "q_step", f"need 0 < q_min <= q_max and (q_max - q_min) a multiple of q_step; got "
                                     f"{fmt_q(lo)}, {fmt_q(hi)}, {fmt_q(step)}")
+    check_qmax(w, p + "q_min", lo / 100)
+    check_qmax(w, p + "q_max", hi / 100)
     grid = tuple(range(lo, hi + 1, step))  # integers: no float drift
     bins_raw = t.get("bins", ["<=7.15", "7.20", "7.25", ">=7.30"])
     if not isinstance(bins_raw, list) or not bins_raw:
@@ -313,8 +315,7 @@ def _rowsum(w: Where, raw: Any, capture: CaptureParams) -> RowsumParams:
     if "qmax" in t and rule != "uos":
         raise w.error(p + "qmax", "only the 'uos' rule takes a qmax")
     qmax = w.scalar(t, "qmax", float, 7.25, p)
-    if not 0 < qmax < float("inf"):
-        raise w.error(p + "qmax", "must be a positive finite number")
+    check_qmax(w, p + "qmax", qmax)
     block = w.scalar(t, "block", int, 32, p)
     if block != 32:
         raise w.error(p + "block", "MXFP4 blocks are 32 elements")

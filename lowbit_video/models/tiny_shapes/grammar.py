@@ -119,6 +119,17 @@ def vocabulary() -> list[str]:
     return list(_vocabulary())
 
 
+def vocabulary_by_role() -> dict[str, list[str]]:
+    """The words a prompt may use, by the slot they fill (what `lowbit-video models --json` lists)."""
+    return {"grammar": [_GRAMMAR], "colors": list(COLORS), "shapes": list(SHAPES), "motions": list(MOTIONS),
+            "backgrounds": list(BACKGROUNDS)}
+
+
+def _known_words() -> str:
+    return (f"colours {', '.join(COLORS)}; shapes {', '.join(SHAPES)}; motions {', '.join(MOTIONS)}; "
+            f"backgrounds {', '.join(BACKGROUNDS)}")
+
+
 def parse_prompt(text: str) -> ClipSpec:
     """Parse a prompt of the grammar into a `ClipSpec`.
 
@@ -137,7 +148,8 @@ def parse_prompt(text: str) -> ClipSpec:
     known = set(_vocabulary())
     for w in words:
         if w not in known:
-            raise ValueError(f"unknown word {w!r} in prompt {text!r}; the grammar is {_GRAMMAR!r}")
+            raise ValueError(f"unknown word {w!r} in prompt {text!r}; the grammar is {_GRAMMAR!r} with "
+                             f"{_known_words()}")
 
     pos = 0
 
@@ -238,7 +250,12 @@ def read_prompts(path: str | Path) -> list[str]:
     `parse_prompt` and returned in canonical form; a bad line raises ValueError naming file and line."""
     path = Path(path)
     out = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
