@@ -1,7 +1,7 @@
 """PNG plots of a comparison (matplotlib, Agg backend; every file written atomically).
 
-* `plot_metric_bars(comp, model, path)`: one panel per metric column that has a number; one bar per
-  quantized recipe (best one highlighted, 'n/a' where unavailable); per-video metrics (VBench,
+* `plot_metric_bars(comp, model, path)`: one panel per metric column that has a number, its y-axis
+  from zero; one bar per quantized recipe (best one highlighted, 'n/a' where unavailable); per-video metrics (VBench,
   adherence) draw the baseline's value as a dashed reference line; paired metrics (Cosine, SSIM,
   PSNR, LPIPS) are measured against the baseline, so it has no bar or line there.
 * `plot_frame_grid(comp, model, prompt, seed, path, frames=6)`: rows = the baseline then each recipe,
@@ -74,10 +74,11 @@ def plot_metric_bars(comp: Comparison, model: str, path: str | os.PathLike) -> P
         heights = [float(v) if is_number(v) else 0.0 for v in vals]
         colors = [BEST if mc.best.get(c) == rec else BAR for rec in recipes]
         ax.bar(x, heights, color=colors, width=0.7)
-        span = nums + ([ref] if ref is not None else [])
-        lo, hi = (min(span), max(span)) if span else (0.0, 1.0)
-        pad = (hi - lo) * 0.35 or (abs(hi) * 0.05 or 0.05)
-        bottom = lo - pad if lo - pad > 0 or lo < 0 else 0.0
+        # bars start at zero: a cut axis makes a 1 % difference look like a factor
+        span = nums + ([ref] if ref is not None else []) + [0.0]
+        lo, hi = min(span), max(span)
+        pad = 0.12 * (hi - lo) or 0.05
+        bottom = lo - pad if lo < 0 else 0.0
         ax.set_ylim(bottom, hi + pad)
         for xi, v in zip(x, vals):
             if is_number(v):

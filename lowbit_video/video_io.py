@@ -10,8 +10,9 @@ output, rounding to nearest).
   H.264 is lossy: metrics never read the mp4 when frames.npz exists.
 * `write_frame_strip`: the frames side by side in one PNG, upscaled x4 (nearest) when they are
   small (<= 64 px), at most `max_frames` frames (evenly spaced) so a long, large video still gives a
-  viewable strip. The PNG carries its layout (scale, frame indices) in text chunks, so
-  `read_frame_strip` recovers the exact uint8 frames of a full strip.
+  viewable strip, separated by a black-and-white line (visible on any background). The PNG carries
+  its layout (scale, frame indices, separator width) in text chunks, so `read_frame_strip` recovers
+  the exact uint8 frames of a full strip.
 * `write_frames_npz` / `read_frames_npz`: the exact uint8 frames, compressed (np.savez_compressed,
   key "frames"). The lossless source for metrics.
 
@@ -36,6 +37,7 @@ MP4_MIN_SIDE = 256          # small frames are upscaled (integer factor) until t
 STRIP_SMALL_SIDE = 64       # frames with both sides <= this get the x4 strip upscale
 STRIP_SCALE_SMALL = 4
 STRIP_MAX_FRAMES = 16
+STRIP_GAP = 2               # separator between strip frames: one black, one white pixel column
 _PNG_KEY = "lowbit_video.strip"
 
 
@@ -152,8 +154,11 @@ def write_frame_strip(frames: np.ndarray, path: str | Path, *, scale: int | None
     T, H, W, _ = u8.shape
     layout = strip_layout(u8.shape, scale=scale, max_frames=max_frames)
     sel = upscale(u8[layout["indices"]], layout["scale"])
-    strip = np.concatenate(list(sel), axis=1)  # (H*s, n*W*s, 3)
-    layout.update({"frames": T, "height": H, "width": W})
+    sep = np.zeros((sel.shape[1], STRIP_GAP, 3), np.uint8)
+    sep[:, 1:] = 255
+    parts = [part for frame in sel for part in (frame, sep)][:-1]
+    strip = np.concatenate(parts, axis=1)  # (H*s, n*W*s + (n-1)*gap, 3)
+    layout.update({"frames": T, "height": H, "width": W, "gap": STRIP_GAP})
     info = PngImagePlugin.PngInfo()
     info.add_text(_PNG_KEY, json.dumps(layout))
     buf = io.BytesIO()
@@ -178,10 +183,12 @@ def read_frame_strip(path: str | Path) -> np.ndarray:
         raise ValueError(f"{path}: not a lowbit-video frame strip (no {_PNG_KEY} text chunk)")
     layout = json.loads(text)
     s, H, W, n = layout["scale"], layout["height"], layout["width"], len(layout["indices"])
-    if arr.shape != (H * s, n * W * s, 3):
-        raise ValueError(f"{path}: strip is {arr.shape[1]}x{arr.shape[0]}, layout says {n * W * s}x{H * s}")
-    frames = arr[::s, ::s].reshape(H, n, W, 3).transpose(1, 0, 2, 3)
-    return np.ascontiguousarray(frames)
+    gap = int(layout.get("gap", 0))  # strips written before separators have none
+    if arr.shape != (H * s, n * W * s + (n - 1) * gap, 3):
+        raise ValueError(f"{path}: strip is {arr.shape[1]}x{arr.shape[0]}, layout says "
+                         f"{n * W * s + (n - 1) * gap}x{H * s}")
+    frames = [arr[::s, i * (W * s + gap): i * (W * s + gap) + W * s: s] for i in range(n)]
+    return np.ascontiguousarray(np.stack(frames))
 
 
 def strip_is_complete(path: str | Path) -> bool:

@@ -41,6 +41,19 @@ def test_metric_bars_png(grid: Path, tmp_path: Path):
     assert not [x for x in p.parent.iterdir() if runstore.is_temp(x)]
 
 
+def test_metric_bars_start_at_zero(grid: Path, tmp_path: Path, monkeypatch):
+    from lowbit_video import plots
+
+    seen = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi=100: (seen.extend(
+        (ax.get_title(), ax.get_ylim()) for ax in fig.axes if ax.axison), real(fig, path, dpi))[1])
+    plot_metric_bars(collect([grid]), MODEL, tmp_path / "bars.png")
+    assert len(seen) >= 4
+    for title, (bottom, top) in seen:  # every metric of the grid is positive: each axis from exactly 0
+        assert bottom == 0.0 and top > 0, title
+
+
 def test_frame_grid_rows_and_columns(grid: Path, tmp_path: Path):
     comp = collect([grid])
     p = plot_frame_grid(comp, MODEL, P1, 0, tmp_path / "grid.png", frames=4)

@@ -50,7 +50,11 @@ def test_frame_strip_round_trips_exactly(tmp_path):
     from PIL import Image
 
     with Image.open(tmp_path / "frames.png") as im:
-        assert im.size == (8 * 32 * 4, 32 * 4)  # side by side, x4
+        assert im.size == (8 * 32 * 4 + 7 * 2, 32 * 4)  # side by side, x4, 2-pixel separators
+        px = np.asarray(im.convert("RGB"))
+    for i in range(1, 8):  # a black and a white column between frames: visible on any background
+        x = i * (32 * 4 + 2) - 2
+        assert (px[:, x] == 0).all() and (px[:, x + 1] == 255).all()
     assert np.array_equal(v.read_frame_strip(tmp_path / "frames.png"), clip)
     assert v.strip_is_complete(tmp_path / "frames.png")
     assert no_temps(tmp_path)
