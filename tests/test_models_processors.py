@@ -14,9 +14,10 @@ from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideo
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor  # noqa: E402
 
 from lowbit_video.errors import UserError  # noqa: E402
-from lowbit_video.models.injection import attention_modules, injected  # noqa: E402
+from lowbit_video.models.injection import attention_modules, use_recipe  # noqa: E402
 from lowbit_video.models.processors import (HunyuanVideoRecipeProcessor, WanRecipeProcessor,  # noqa: E402
                                             key_padding)
+from lowbit_video.models.steps import StepTracker  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import (tiny_hunyuan_transformer_config,  # noqa: E402
                                                   tiny_wan_transformer_config)
 from lowbit_video.recipes import PrecisionPolicy, load_recipe  # noqa: E402
@@ -54,9 +55,9 @@ def _run(t, inputs, recipe=None):
     with torch.no_grad():
         if recipe is None:
             return t(**inputs)[0], None
-        with injected([t], recipe) as ctx:
+        with use_recipe(t, recipe, tracker=StepTracker()) as handle:  # one forward: step 0 of 1
             out = t(**inputs)[0]
-        return out, ctx
+        return out, handle
 
 
 # ------------------------------------------------------------------------------------ signatures
@@ -75,7 +76,7 @@ def test_processor_call_signature_is_the_upstream_one(ours, upstream):
 
 def test_wan_processors_in_every_attention_module_with_block_and_type(wan):
     t, _ = wan
-    with injected([t], "mxattention"):
+    with use_recipe(t, "mxattention"):
         procs = t.attn_processors
         assert len(procs) == 2 * len(t.blocks)
         for i, block in enumerate(t.blocks):
@@ -91,7 +92,7 @@ def test_wan_processors_in_every_attention_module_with_block_and_type(wan):
 
 def test_hunyuan_processors_on_dual_and_single_blocks_not_the_refiner(hunyuan):
     t, _ = hunyuan
-    with injected([t], "mxattention"):
+    with use_recipe(t, "mxattention"):
         procs = t.attn_processors
         ours = {k: p for k, p in procs.items() if isinstance(p, HunyuanVideoRecipeProcessor)}
         assert set(ours) == {"transformer_blocks.0.attn.processor", "single_transformer_blocks.0.attn.processor"}
@@ -112,14 +113,14 @@ def test_attention_modules_lists_blocks_in_order(wan, hunyuan):
 
 def test_unsupported_transformer_is_a_user_error():
     with pytest.raises(UserError, match="no recipe processors for Linear"):
-        with injected([torch.nn.Linear(2, 2)], "fp16"):
+        with use_recipe(torch.nn.Linear(2, 2), "fp16"):
             pass
 
 
 def test_processors_restored_after_an_exception(wan):
     t, _ = wan
     with pytest.raises(RuntimeError, match="boom"):
-        with injected([t], "mxattention"):
+        with use_recipe(t, "mxattention"):
             raise RuntimeError("boom")
     assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
 
@@ -137,9 +138,9 @@ def test_high_precision_calls_are_bit_identical_to_the_unmodified_model(family, 
                    _with_policy("mxattention", high_precision_steps=(0,)),
                    _with_policy("nvfp4", apply_to=()),
                    _with_policy("draftattention2", high_precision_blocks=(-1, -2))):
-        out, ctx = _run(t, inputs, recipe)
+        out, handle = _run(t, inputs, recipe)
         assert torch.equal(out, ref), recipe.name
-        assert ctx.summary()["quantized"] == 0 and ctx.summary()["high"] > 0
+        assert handle.calls["quantized"] == 0 and handle.calls["high"] > 0
 
 
 @pytest.mark.parametrize("family", ["wan", "hunyuan"])
@@ -149,11 +150,11 @@ def test_quantized_recipe_changes_the_output(family, name, wan, hunyuan):
     if name == "draftattention2":  # needs >= one 64-token block per frame: 8x8 grid
         inputs = dict(inputs)
     ref, _ = _run(t, inputs)
-    out, ctx = _run(t, inputs, _with_policy(name))
+    out, handle = _run(t, inputs, _with_policy(name))
     assert torch.isfinite(out).all()
     assert not torch.equal(out, ref)
     assert 0 < (out - ref).abs().max() < 1.0
-    s = ctx.summary()
+    s = handle.calls
     # Wan: self-attention only (policy default), cross stays 16-bit; Hunyuan: every joint attention.
     assert s["quantized"] == 2 and s["high"] == (2 if family == "wan" else 0)
 
@@ -161,11 +162,11 @@ def test_quantized_recipe_changes_the_output(family, name, wan, hunyuan):
 def test_policy_picks_blocks(wan):
     t, inputs = wan
     ref, _ = _run(t, inputs)
-    out, ctx = _run(t, inputs, _with_policy("mxattention", high_precision_blocks=(0,)))
-    quant = {k[1] for k, n in ctx.stats.items() if k[4] == "quantized"}
+    out, handle = _run(t, inputs, _with_policy("mxattention", high_precision_blocks=(0,)))
+    quant = {k[1] for k, n in handle.context.stats.items() if k[4] == "quantized"}
     assert quant == {1}
-    out_cross, ctx = _run(t, inputs, _with_policy("mxattention", apply_to=("self", "cross")))
-    assert ctx.summary()["quantized"] == 4 and not torch.equal(out_cross, ref)
+    out_cross, handle = _run(t, inputs, _with_policy("mxattention", apply_to=("self", "cross")))
+    assert handle.calls["quantized"] == 4 and not torch.equal(out_cross, ref)
 
 
 # ------------------------------------------------------------------------------------- masks
@@ -215,12 +216,12 @@ def test_unsupported_mask_falls_back_to_the_original_kernel_with_a_warning(wan):
     mask = torch.tril(torch.ones(10, 10, dtype=torch.bool)).view(1, 1, 10, 10)
     with torch.no_grad():
         ref = WanAttnProcessor()(attn, x, None, mask, None)
-        with injected([t], _with_policy("mxattention")) as ctx:
+        with use_recipe(t, _with_policy("mxattention")) as handle:
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 out = attn.processor(attn, x, None, mask, None)
         assert torch.equal(out, ref)
-        assert ctx.summary()["fallback"] == 1 and ctx.summary()["quantized"] == 0
+        assert handle.calls["fallback"] == 1 and handle.calls["quantized"] == 0
         assert any("not a key-padding mask" in str(x.message) for x in w)
 
 
@@ -230,7 +231,7 @@ def test_wan_key_padding_mask_in_quantized_self_attention_matches_cut_sequence(w
     g = torch.Generator().manual_seed(4)
     x = torch.randn(1, 12, attn.inner_dim, generator=g)
     mask = torch.tensor([True] * 8 + [False] * 4).view(1, 1, 1, 12)
-    with torch.no_grad(), injected([t], _with_policy("mxattention")):
+    with torch.no_grad(), use_recipe(t, _with_policy("mxattention")):
         out = attn.processor(attn, x, None, mask, None)
         cut = attn.processor(attn, x[:, :8], None, None, None)
     assert torch.allclose(out[:, :8], cut, atol=1e-6)

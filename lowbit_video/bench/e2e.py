@@ -5,7 +5,7 @@ The model is diffusers' `WanTransformer3DModel` with the Wan2.1-T2V-14B configur
 40 heads x 128, ffn 13824, 16 latent channels in/out, text_dim 4096, patch 1x2x2), random
 initialization, bf16, on the GPU. `blocks` < 40 builds and times that many blocks (all 40 blocks are
 identical in shape, so block time scales linearly; embeddings and the output head are included
-once either way). Recipes run through the model adapters' processors (`models.injection.injected`,
+once either way). Recipes run through the model adapters' processors (`models.injection.use_recipe`,
 the recipe's precision policy at a mid-schedule step); dense attention inside a recipe forward
 (e.g. cross-attention, which the recipes leave at 16 bit) and the baseline both run under
 `sdpa_kernel(CUDNN_ATTENTION)`. Timing: CUDA events around each forward, warm-up forwards first
@@ -25,15 +25,20 @@ RESOLUTIONS = {"480p": (21, 60, 104), "720p": (21, 90, 160)}  # latent (frames, 
 WAN_14B = dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=16,
                out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True,
                qk_norm="rms_norm_across_heads", eps=1e-6)
+# Wan2.1-T2V-1.3B's published transformer config: 30 blocks, 12 heads x 128, ffn 8960
+WAN_1_3B = dict(WAN_14B, num_attention_heads=12, ffn_dim=8960, num_layers=30)
 BASELINE = "sdpa-cudnn"
 
 
-def build_wan14b(blocks: int = 40, *, seed: int = 0, device: str = "cuda", dtype=torch.bfloat16):
+def build_wan(blocks: int | None = None, *, config: dict = WAN_14B, seed: int = 0, device: str = "cuda",
+              dtype=torch.bfloat16):
+    """A random-init WanTransformer3DModel of `config` (default Wan2.1-14B) with `blocks` blocks
+    (default: the config's), as diffusers loads it in `dtype`."""
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(seed)
     with torch.device(device):
-        model = WanTransformer3DModel(**dict(WAN_14B, num_layers=blocks))
+        model = WanTransformer3DModel(**dict(config, num_layers=config["num_layers"] if blocks is None else blocks))
     model = model.to(dtype=dtype).eval()
     # as from_pretrained(torch_dtype=bf16) leaves them: the modules diffusers keeps in float32
     keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
@@ -62,11 +67,11 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, b
     """Rows {resolution, recipe, tokens, blocks, ms, ms_all, x_cudnn, ms_per_block, attention_calls}."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..models.injection import injected
+    from ..models.injection import use_recipe
     from ..models.steps import StepTracker
 
     dev, dt = "cuda", torch.bfloat16
-    model = build_wan14b(blocks, seed=seed, device=dev, dtype=dt)
+    model = build_wan(blocks, seed=seed, device=dev, dtype=dt)
     n_params = sum(p.numel() for p in model.parameters())
     rows = []
     for res in resolutions:
@@ -82,9 +87,9 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, b
                 else:
                     tracker = StepTracker()
                     tracker.num_steps, tracker.step = 50, 25  # mid-schedule: step policies do not apply
-                    with injected([model], recipe, tracker=tracker) as ctx:
+                    with use_recipe(model, recipe, tracker=tracker) as handle:
                         times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
-                        calls = ctx.summary()
+                        calls = handle.calls
                         calls = {k: calls[k] for k in ("quantized", "high", "fallback")}
             ms = statistics.median(times)
             if recipe == BASELINE:

@@ -45,11 +45,11 @@ class HunyuanVideoModel(VideoModel):
         _quiet_progress(pipe)
         return cls(pipe, info, device=device, dtype=dtype, path=str(path))
 
-    def _transformers(self):
-        return [("transformer", self.pipe.transformer)]
+    def _recipe_target(self):
+        return self.pipe
 
-    def _schedulers(self) -> list[Any]:
-        return [self.pipe.scheduler]
+    def _scheduler(self) -> Any:
+        return self.pipe.scheduler
 
     def _check_settings(self, s: Settings) -> None:
         vt, vs = self.pipe.vae_scale_factor_temporal, self.pipe.vae_scale_factor_spatial
@@ -68,7 +68,7 @@ class HunyuanVideoModel(VideoModel):
     def initial_latents(self, seed: int, s: Settings) -> torch.Tensor:
         return cpu_noise(self.latent_shape(s), seed).to(self.device)
 
-    def _sample(self, prompts, seeds, s: Settings, ctx, schedulers) -> np.ndarray:
+    def _sample(self, prompts, seeds, s: Settings, ctx, scheduler) -> np.ndarray:
         outs = []
         for i, (prompt, seed) in enumerate(zip(prompts, seeds)):
             ctx.batch_prompts = [i]

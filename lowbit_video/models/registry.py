@@ -6,8 +6,8 @@
 
 * `tiny-shapes` is shipped with the package; the real models load a diffusers-format folder the
   user keeps on disk (`path`), offline. Nothing is ever downloaded.
-* `VideoModel.generate` installs the recipe's attention processors for the call (processors.py,
-  injection.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
+* `VideoModel.generate` installs the recipe's attention processors for the call through the public
+  `use_recipe` (injection.py, processors.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
   (capture.py), and restores the model's processors afterwards.
 * Paired noise: the initial noise of a seed is drawn on a CPU `torch.Generator` seeded with it,
   so every recipe (and device) starts from the same noise.
@@ -140,7 +140,7 @@ class Settings:
 
 
 class VideoModel(ABC):
-    """A loaded model of one family. Subclasses provide `_transformers`, `_schedulers`, `_sample`."""
+    """A loaded model of one family. Subclasses provide `_recipe_target`, `_scheduler`, `_sample`."""
 
     info: ModelInfo
     device: torch.device
@@ -177,15 +177,16 @@ class VideoModel(ABC):
         if capture is not None:
             writer = CaptureWriter(capture, {"model": self.info.name, "recipe": recipe.name})
             writer.prompts, writer.seeds = prompts, seeds
-        schedulers = self._schedulers()
-        from .injection import injected
+        scheduler = self._scheduler()
+        from .injection import use_recipe
         from .timing import TransformerTimer
 
-        timer = TransformerTimer([t for _, t in self._transformers() if t is not None], tracker, self.device)
-        with torch.no_grad(), injected(self._transformers(), recipe, schedulers=schedulers, tracker=tracker,
-                                       capture=writer) as ctx, timer:
-            video = self._sample(prompts, seeds, s, ctx, schedulers)
-        self.last_run = ctx.summary()
+        timer = TransformerTimer([t for _, t in self._transformers()], tracker, self.device)
+        # the public one-call API (injection.py): generate runs what a user's own pipeline runs
+        with torch.no_grad(), use_recipe(self._recipe_target(), recipe, scheduler=scheduler, tracker=tracker,
+                                         capture=writer) as handle, timer:
+            video = self._sample(prompts, seeds, s, handle.context, scheduler)
+        self.last_run = handle.calls
         self.last_timing = timer.summary()
         video = np.asarray(video, dtype=np.float32)
         return np.clip(video, 0.0, 1.0)
@@ -232,16 +233,23 @@ class VideoModel(ABC):
     # -- implemented by each model family (wan.py, hunyuan.py, tiny_shapes_adapter.py)
 
     @abstractmethod
-    def _transformers(self) -> list[tuple[str, torch.nn.Module | None]]:
-        """(name, transformer) pairs the recipe is installed into (Wan2.2 A14B has two)."""
+    def _recipe_target(self) -> Any:
+        """What the recipe is installed into (`injection.use_recipe`): the pipeline, or an object
+        holding the transformer(s) as `transformer` / `transformer_2`."""
 
     @abstractmethod
-    def _schedulers(self) -> list[Any]:
-        """The schedulers whose set_timesteps/step the step tracker wraps."""
+    def _scheduler(self) -> Any:
+        """The scheduler whose set_timesteps/step the step tracker wraps (the sampler must use it)."""
 
     @abstractmethod
-    def _sample(self, prompts: list[str], seeds: list[int], s: Settings, ctx, schedulers: list[Any]) -> np.ndarray:
+    def _sample(self, prompts: list[str], seeds: list[int], s: Settings, ctx, scheduler: Any) -> np.ndarray:
         """Run the family's sampler with processors installed; (n, T, H, W, 3) floats in [0, 1]."""
+
+    def _transformers(self) -> list[tuple[str, torch.nn.Module]]:
+        """(name, transformer) pairs the recipe is installed into (Wan2.2 A14B has two)."""
+        from .injection import pipeline_transformers
+
+        return pipeline_transformers(self._recipe_target())
 
     def _loops(self, n_prompts: int) -> int:
         """Sampling loops (set_timesteps calls) per generate call of n prompts."""

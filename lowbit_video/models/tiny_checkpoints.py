@@ -96,7 +96,16 @@ def tiny_wan_pipeline(*, two_experts: bool = False, ti2v: bool = False, seed: in
         kwargs.update(transformer_2=transformer_2, boundary_ratio=0.875)
     if ti2v:
         kwargs.update(expand_timesteps=True)
-    return WanPipeline(**kwargs)
+    return _inference_mode(WanPipeline(**kwargs))
+
+
+def _inference_mode(pipe):
+    """Modules built in memory start in training mode (the umT5 encoder's dropout would make every
+    call random); from_pretrained returns them in eval mode, and so does this."""
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            component.eval()
+    return pipe
 
 
 def save_tiny_wan(path: str | Path, *, two_experts: bool = False, ti2v: bool = False, seed: int = 0) -> Path:
@@ -142,8 +151,9 @@ def tiny_hunyuan_pipeline(*, seed: int = 0):
                                                   intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
                                                   vocab_size=vocab_2, hidden_act="gelu", projection_dim=8,
                                                   max_position_embeddings=77))
-    return HunyuanVideoPipeline(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer, vae=vae,
-                                scheduler=scheduler, text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2)
+    return _inference_mode(HunyuanVideoPipeline(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
+                                                vae=vae, scheduler=scheduler, text_encoder_2=text_encoder_2,
+                                                tokenizer_2=tokenizer_2))
 
 
 def save_tiny_hunyuan(path: str | Path, *, seed: int = 0) -> Path:

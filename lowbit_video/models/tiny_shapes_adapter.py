@@ -57,13 +57,13 @@ class TinyShapesVideoModel(VideoModel):
         dtype = model.transformer.patch_embedding.weight.dtype
         return cls(model, info, device=model.device, dtype=dtype)
 
-    def _transformers(self):
-        return [("transformer", self.model.transformer)]
+    def _recipe_target(self):
+        return self.model  # a TinyShapesModel holds its WanTransformer3DModel as .transformer
 
-    def _schedulers(self) -> list[Any]:
+    def _scheduler(self) -> Any:
         from .tiny_shapes.sample import make_scheduler
 
-        return [make_scheduler(self.model)]
+        return make_scheduler(self.model)
 
     def _loops(self, n_prompts: int) -> int:
         return 1
@@ -74,7 +74,7 @@ class TinyShapesVideoModel(VideoModel):
             raise UserError(f"tiny-shapes generates {i.default_frames} frames of {i.default_height}x{i.default_width} "
                             f"only; got {s.frames} frames of {s.height}x{s.width}")
 
-    def _sample(self, prompts, seeds, s: Settings, ctx, schedulers) -> np.ndarray:
+    def _sample(self, prompts, seeds, s: Settings, ctx, scheduler) -> np.ndarray:
         from .tiny_shapes.sample import sample
 
         try:
@@ -82,7 +82,7 @@ class TinyShapesVideoModel(VideoModel):
         except ValueError as e:
             raise UserError(f"tiny-shapes: {str(e).splitlines()[0]}") from None
         ctx.batch_prompts = list(range(len(prompts)))
-        return sample(self.model, prompts, seeds, steps=s.steps, guidance=s.guidance, scheduler=schedulers[0],
+        return sample(self.model, prompts, seeds, steps=s.steps, guidance=s.guidance, scheduler=scheduler,
                       batch_size=len(prompts))
 
     def _describe_extra(self) -> dict[str, Any]:

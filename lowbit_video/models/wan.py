@@ -80,11 +80,11 @@ class WanVideoModel(VideoModel):
 
     # -- VideoModel
 
-    def _transformers(self):
-        return [("transformer", self.pipe.transformer), ("transformer_2", getattr(self.pipe, "transformer_2", None))]
+    def _recipe_target(self):
+        return self.pipe
 
-    def _schedulers(self) -> list[Any]:
-        return [self.pipe.scheduler]
+    def _scheduler(self) -> Any:
+        return self.pipe.scheduler
 
     def _patch(self) -> tuple[int, int, int]:
         t = self.pipe.transformer if self.pipe.transformer is not None else self.pipe.transformer_2
@@ -108,7 +108,7 @@ class WanVideoModel(VideoModel):
         """The paired initial noise of `seed` (float32, CPU generator), on the model's device."""
         return cpu_noise(self.latent_shape(s), seed).to(self.device)
 
-    def _sample(self, prompts, seeds, s: Settings, ctx, schedulers) -> np.ndarray:
+    def _sample(self, prompts, seeds, s: Settings, ctx, scheduler) -> np.ndarray:
         outs = []
         two = getattr(self.pipe, "transformer_2", None) is not None and self.pipe.config.boundary_ratio is not None
         for i, (prompt, seed) in enumerate(zip(prompts, seeds)):

@@ -1,0 +1,223 @@
+"""`use_recipe` / `install_recipe`: a recipe applied to a pipeline or transformer the user already has.
+
+CPU tests on the shipped tiny-shapes model and on tiny random-weight Wan pipelines; one GPU test on
+a Wan2.1-1.3B-sized transformer (random weights, two blocks) with the kernels."""
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("transformers")
+
+import lowbit_video  # noqa: E402
+from lowbit_video.errors import UserError  # noqa: E402
+from lowbit_video.models.injection import install_recipe, use_recipe  # noqa: E402
+from lowbit_video.models.processors import WanRecipeProcessor  # noqa: E402
+from lowbit_video.models.registry import cpu_noise, get_model_info, load_model  # noqa: E402
+from lowbit_video.models.tiny_checkpoints import tiny_wan_pipeline  # noqa: E402
+from lowbit_video.models.tiny_shapes.sample import make_scheduler, sample  # noqa: E402
+from lowbit_video.models.wan import WanVideoModel  # noqa: E402
+from lowbit_video.recipes import PrecisionPolicy, load_recipe  # noqa: E402
+
+SHAPES_PROMPT = "a red circle moving right on a black background"
+WAN_PROMPT = "a red circle moving left"
+# tiny Wan: 9 frames of 32x32 -> latent (16, 3, 4, 4): VAE 4x temporal (1 + 8/4), 8x spatial
+WAN_CALL = dict(height=32, width=32, num_frames=9, num_inference_steps=2, guidance_scale=5.0, output_type="np",
+                max_sequence_length=16)
+WAN_LATENT = (1, 16, 3, 4, 4)
+
+
+def _with_policy(name, **policy):
+    return dataclasses.replace(load_recipe(name), policy=PrecisionPolicy(**policy))
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    return load_model("tiny-shapes")  # the shipped weights; .model is the TinyShapesModel
+
+
+@pytest.fixture
+def wan_pipe():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = tiny_wan_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _processors(transformer):
+    return dict(transformer.attn_processors)
+
+
+def _same_objects(before: dict, after: dict) -> bool:
+    return before.keys() == after.keys() and all(after[k] is before[k] for k in before)
+
+
+# ------------------------------------------------------------------------------ install / restore
+
+
+def test_public_names_are_the_injection_functions():
+    assert lowbit_video.use_recipe is use_recipe and lowbit_video.install_recipe is install_recipe
+    assert "use_recipe" in dir(lowbit_video)
+
+
+def test_use_recipe_installs_and_restores_the_same_processor_objects(shapes):
+    tiny = shapes.model
+    sched = make_scheduler(tiny)
+    before, hooks = _processors(tiny.transformer), dict(tiny.transformer._forward_pre_hooks)
+    with use_recipe(tiny, "sage2-int8", scheduler=sched) as handle:
+        inside = _processors(tiny.transformer)
+        assert all(isinstance(p, WanRecipeProcessor) for p in inside.values())
+        assert len({id(p) for p in inside.values()}) == len(inside) == 2 * len(tiny.transformer.blocks)
+        assert "set_timesteps" in vars(sched) and handle.installed
+    assert _same_objects(before, _processors(tiny.transformer))
+    assert dict(tiny.transformer._forward_pre_hooks) == hooks
+    assert "set_timesteps" not in vars(sched) and "step" not in vars(sched)  # the class's methods again
+    assert not handle.installed
+
+
+def test_processors_restored_after_an_exception_inside_the_block(shapes):
+    tiny = shapes.model
+    before = _processors(tiny.transformer)
+    with pytest.raises(RuntimeError, match="inside"):
+        with use_recipe(tiny, "mxattention", scheduler=make_scheduler(tiny)):
+            raise RuntimeError("inside")
+    assert _same_objects(before, _processors(tiny.transformer))
+
+
+def test_install_remove_pair_on_both_experts_of_a_wan22_pipeline():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = tiny_wan_pipeline(two_experts=True)
+    before = [_processors(pipe.transformer), _processors(pipe.transformer_2)]
+    handle = install_recipe(pipe, "rotateattention-half")
+    assert [n for n, _ in handle.transformers] == ["transformer", "transformer_2"]
+    for t in (pipe.transformer, pipe.transformer_2):
+        assert all(isinstance(p, WanRecipeProcessor) for p in t.attn_processors.values())
+    handle.remove()
+    handle.remove()  # idempotent
+    assert _same_objects(before[0], _processors(pipe.transformer))
+    assert _same_objects(before[1], _processors(pipe.transformer_2))
+    assert "step" not in vars(pipe.scheduler)
+    install_recipe(pipe, "fp16").remove()  # installable again after removal
+
+
+def test_nesting_is_refused_with_one_line_and_the_outer_recipe_stays(shapes, wan_pipe):
+    with use_recipe(wan_pipe, "sage2-int8"):
+        inside = _processors(wan_pipe.transformer)
+        with pytest.raises(UserError) as e:
+            with use_recipe(wan_pipe, "mxattention"):
+                pass
+        msg = str(e.value)
+        assert "\n" not in msg and "'sage2-int8'" in msg and "do not nest" in msg
+        assert _same_objects(inside, _processors(wan_pipe.transformer))
+        # the harness goes through the same function: generate inside use_recipe is refused too
+        model = WanVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"),
+                              dtype=torch.float32)
+        with pytest.raises(UserError, match="do not nest"):
+            model.generate([WAN_PROMPT], [0], recipe="fp16", steps=1, height=32, width=32, frames=9)
+    tiny = shapes.model
+    handle = install_recipe(tiny, "fp16", scheduler=make_scheduler(tiny))
+    try:
+        with pytest.raises(UserError, match="already runs recipe 'fp16'"):
+            install_recipe(tiny.transformer, "sage2-int8")
+    finally:
+        handle.remove()
+
+
+def test_targets_that_hold_no_supported_transformer_are_user_errors():
+    with pytest.raises(UserError, match="cannot apply a recipe to object"):
+        install_recipe(object(), "sage2-int8")
+    with pytest.raises(UserError, match="no recipe processors for Linear"):
+        install_recipe(torch.nn.Linear(2, 2), "sage2-int8")
+
+
+def test_a_step_policy_without_a_scheduler_is_refused(wan_pipe):
+    recipe = _with_policy("sage2-int8", high_precision_steps=(0,))
+    with pytest.raises(UserError, match="pass scheduler="):
+        install_recipe(wan_pipe.transformer, recipe)  # a bare transformer has no scheduler
+    install_recipe(wan_pipe.transformer, recipe, scheduler=wan_pipe.scheduler).remove()
+
+
+# ---------------------------------------------------------------------------------- step policy
+
+
+def test_high_precision_steps_are_counted_per_step(wan_pipe):
+    # 3 steps, CFG on (guidance 5: cond and uncond forwards per step), 2 blocks (self + cross each).
+    recipe = _with_policy("sage2-int8", high_precision_steps=(0,))
+    with use_recipe(wan_pipe, recipe) as handle:
+        wan_pipe(prompt=WAN_PROMPT, latents=cpu_noise(WAN_LATENT, 0), **dict(WAN_CALL, num_inference_steps=3))
+    calls = handle.calls
+    assert calls["num_steps"] == 3
+    assert calls["by_step"]["0"] == {"quantized": 0, "high": 2 * 2 * 2, "fallback": 0}
+    for step in ("1", "2"):  # self-attention quantized, cross-attention 16-bit (policy apply_to = self)
+        assert calls["by_step"][step] == {"quantized": 2 * 2, "high": 2 * 2, "fallback": 0}
+    assert (calls["quantized"], calls["high"], calls["fallback"]) == (8, 16, 0)
+
+
+# ------------------------------------------------------------------------------ equal to generate
+
+
+def test_wan_pipeline_frames_equal_generate(wan_pipe):
+    model = WanVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"), dtype=torch.float32)
+    model.max_sequence_length = 16  # the tiny text encoder
+    settings = dict(steps=2, guidance=5.0, height=32, width=32, frames=9)
+    generated = model.generate([WAN_PROMPT], [0], recipe="sage2-int8", **settings)
+    dense = model.generate([WAN_PROMPT], [0], recipe="fp16", **settings)
+    assert not np.array_equal(generated, dense)  # the recipe changes the frames: equality below is not vacuous
+
+    with use_recipe(wan_pipe, "sage2-int8") as handle:
+        frames = wan_pipe(prompt=WAN_PROMPT, latents=cpu_noise(WAN_LATENT, 0), **WAN_CALL).frames
+    assert np.array_equal(np.clip(np.asarray(frames, np.float32), 0, 1), generated)
+    model.generate([WAN_PROMPT], [0], recipe="sage2-int8", **settings)
+    assert handle.calls == model.last_run and handle.calls["quantized"] == 2 * 2 * 2
+
+
+def test_shipped_model_frames_equal_generate(shapes):
+    # one quantized call (block 0 self-attention, one step) keeps the float64 reference engine cheap
+    recipe = _with_policy("sage2-int8", high_precision_blocks=(1, 2, 3, 4, 5))
+    generated = shapes.generate([SHAPES_PROMPT], [3], recipe=recipe, steps=1)
+    tiny = shapes.model
+    sched = make_scheduler(tiny)
+    with use_recipe(tiny, recipe, scheduler=sched) as handle:
+        clips = sample(tiny, [SHAPES_PROMPT], [3], steps=1, scheduler=sched)
+    assert np.array_equal(np.clip(clips, 0, 1), generated)
+    assert (handle.calls["quantized"], handle.calls["high"], handle.calls["fallback"]) == (1, 11, 0)
+    assert handle.calls == shapes.last_run
+
+
+# ------------------------------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+def test_sage2_int8_on_a_wan21_1_3b_sized_transformer_runs_the_kernels(monkeypatch):
+    """Wan2.1-1.3B's transformer config (two of its 30 blocks, random init, bf16) at a 480p latent
+    (81 frames of 832x480: 21x60x104, 32760 video tokens): the recipe forward against the dense one,
+    the reference engine forbidden (it would mean a float64 fallback), processors restored."""
+    from lowbit_video.attention import api
+    from lowbit_video.bench.e2e import WAN_1_3B, build_wan
+
+    def no_reference(*args, **kwargs):
+        raise AssertionError("a quantized call fell back to the float64 reference engine")
+
+    model = build_wan(2, config=WAN_1_3B, device="cuda", dtype=torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    inputs = dict(hidden_states=torch.randn(1, 16, 21, 60, 104, generator=g, device="cuda", dtype=torch.bfloat16),
+                  encoder_hidden_states=torch.randn(1, 512, 4096, generator=g, device="cuda", dtype=torch.bfloat16),
+                  timestep=torch.tensor([500], device="cuda"), return_dict=False)
+    before = _processors(model)
+    with torch.inference_mode():
+        dense = model(**inputs)[0].float()
+        monkeypatch.setattr(api, "reference_attention", no_reference)
+        with use_recipe(model, "sage2-int8") as handle:
+            out = model(**inputs)[0].float()
+    assert _same_objects(before, _processors(model))
+    calls = handle.calls
+    assert (calls["quantized"], calls["high"], calls["fallback"]) == (2, 2, 0)  # self quantized, cross 16-bit
+    assert torch.isfinite(out).all() and not torch.equal(out, dense)
+    cos = torch.nn.functional.cosine_similarity(out.flatten(), dense.flatten(), dim=0).item()
+    assert cos > 0.99, cos
