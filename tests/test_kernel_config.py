@@ -204,7 +204,7 @@ def test_draft_pair16_with_pipe16_is_refused_at_head_dim_128():
 def test_bench_help_lists_every_kernel_config_key():
     """`bench kernels --help` spells the launcher's config keys out (so the CLI starts without triton): the two
     lists must agree."""
-    from lowbit_video.cli_bench import KERNEL_CONFIG_KEYS
+    from lowbit_video.cli.bench import KERNEL_CONFIG_KEYS
     from lowbit_video.kernels.launch import CONFIG_KEYS
 
     assert sorted(KERNEL_CONFIG_KEYS) == sorted(CONFIG_KEYS)

@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
+from .common import JsonOpt, out, user_errors
+
 
 def register(app: typer.Typer) -> None:
-    from .cli import JsonOpt, out, user_errors
-
     @app.command("compare")
     @user_errors
     def compare(
@@ -29,9 +29,9 @@ def register(app: typer.Typer) -> None:
 
         Each recipe's row averages its runs over the (prompt, seed) pairs that have a baseline run (n says how many). Runs need metrics.json from `lowbit-video evaluate`; runs without one are left out with a warning. The best quantized value per column is marked (LPIPS: lowest; else highest).
         """
-        from .compare import FORMATS, collect, render, render_table
-        from .errors import UserError
-        from .runstore import atomic_write_bytes
+        from ..compare import FORMATS, collect, render, render_table
+        from ..errors import UserError
+        from ..runstore import atomic_write_bytes
 
         if fmt is not None and fmt not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
 
         extra = {}
         if plots is not None:
-            from .plots import write_plots
+            from ..plots import write_plots
 
             written = write_plots(comp, plots, picks=grid or None, count=grid_count, frames=grid_frames)
             extra["plots"] = [str(p) for p in written]

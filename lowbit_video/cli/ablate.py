@@ -7,9 +7,11 @@ from typing import Any, Optional
 
 import typer
 
+from .common import GreedyCommand, JsonOpt, RichReporter, err, out, print_json, progress_bar, short_path, user_errors
+
 
 def _seeds(values: list[str] | None) -> list[int] | None:
-    from .errors import UserError
+    from ..errors import UserError
 
     if not values:
         return None
@@ -30,18 +32,14 @@ class _CliReporter:
     """Stages as rich progress bars on stderr; generate's own bars for the runs."""
 
     def __init__(self, quiet: bool) -> None:
-        from .cli import _progress, err
-
         self.quiet = quiet
-        self.progress = _progress(disable=quiet or not err.is_terminal)
+        self.progress = progress_bar(disable=quiet or not err.is_terminal)
         self.task = None
         self.started = False
         self._err = err
 
     def generate_reporter(self) -> Any:
-        from .cli import _RichReporter
-
-        return _RichReporter(quiet=self.quiet) if not self.quiet else _Silent()
+        return RichReporter(quiet=self.quiet) if not self.quiet else _Silent()
 
     def stage(self, description: str, total: int) -> None:
         if not self.started:
@@ -75,9 +73,7 @@ class _Silent:
 
 
 def register(app: typer.Typer) -> None:
-    from .cli import JsonOpt, _GreedyCommand, err, out, print_json, user_errors
-
-    class _AblateCommand(_GreedyCommand):
+    class _AblateCommand(GreedyCommand):
         greedy = ("--seeds",)
 
     @app.command("ablate", cls=_AblateCommand)
@@ -106,9 +102,9 @@ def register(app: typer.Typer) -> None:
         """
         import sys
 
-        from .distributed import ShardSpec
-        from .ablate import AblateOptions, list_studies, run_study
-        from .errors import UserError
+        from ..distributed import ShardSpec
+        from ..ablate import AblateOptions, list_studies, run_study
+        from ..errors import UserError
 
         if list_:
             rows = [s.row() for s in list_studies()]
@@ -121,7 +117,7 @@ def register(app: typer.Typer) -> None:
             for col in ("name", "kind", "description", "file"):
                 table.add_column(col, overflow="fold")
             for r in rows:
-                table.add_row(r["name"], r["kind"], r["description"], _short(r["file"]))
+                table.add_row(r["name"], r["kind"], r["description"], short_path(r["file"]))
             out.print(table)
             return
         if not study:
@@ -156,12 +152,10 @@ def register(app: typer.Typer) -> None:
             out.print(md.read_text(), highlight=False, markup=False)
         else:
             _summary(result)
-        err.print("wrote " + ", ".join(_short(f) for f in result["files"]), highlight=False, markup=False)
+        err.print("wrote " + ", ".join(short_path(f) for f in result["files"]), highlight=False, markup=False)
 
 
 def _summary(res: dict) -> None:
-    from .cli import out
-
     if "distribution" in res:
         for t, d in res["distribution"].items():
             cells = "  ".join(f"{b}: {d[b]:5.1f}%" for b in res["bins"])
@@ -172,9 +166,3 @@ def _summary(res: dict) -> None:
                   f"{a['saturation']:+.4f}, rounding down {a['rounding_down']:+.4f}, rounding up {a['rounding_up']:+.4f}; "
                   f"PNQ max |row sum - 1| = {res['pnq']['rowsum_dev_max']:.3g}", highlight=False, markup=False)
 
-
-def _short(p: str) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return p

@@ -1,4 +1,4 @@
-"""`lowbit-video bench ...`: benchmarks on the GPU (not timed tests); registered by cli.py."""
+"""`lowbit-video bench ...`: benchmarks on the GPU (not timed tests); registered by the CLI package."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from .common import user_errors
+
 # kernels.launch.CONFIG_KEYS, spelled out for --help (importing the launcher would load triton on every CLI start;
 # tests/test_kernel_config.py checks the two agree)
 KERNEL_CONFIG_KEYS = ("BLOCK_M", "num_warps", "NUM_STAGES", "PIPE", "DS", "PQ", "WS", "TMA", "maxnreg", "GLUON", "DEFER",
@@ -14,8 +16,6 @@ KERNEL_CONFIG_KEYS = ("BLOCK_M", "num_warps", "NUM_STAGES", "PIPE", "DS", "PQ", 
 
 
 def register(app: typer.Typer) -> None:
-    from .cli import user_errors
-
     bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels, DraftAttention2's error–latency trade-off and one end-to-end DiT forward.",
                             no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from .bench.kernels import DEFAULT_RECIPES, SHAPES, bench_kernels, config_variants, to_markdown
-        from .errors import UserError
+        from ..bench.kernels import DEFAULT_RECIPES, SHAPES, bench_kernels, config_variants, to_markdown
+        from ..errors import UserError
 
         try:
             variants = config_variants(recipes or DEFAULT_RECIPES, config or [])
@@ -78,11 +78,11 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from .bench.draft import GEOMETRIES, bench_draft, equal_time_comparison, plot_sweep
-        from .bench.kernels import parse_config
-        from .errors import UserError
-        from .kernels.draft import DRAFT_CONFIG_KEYS
-        from .recipes import load_recipe
+        from ..bench.draft import GEOMETRIES, bench_draft, equal_time_comparison, plot_sweep
+        from ..bench.kernels import parse_config
+        from ..errors import UserError
+        from ..kernels.draft import DRAFT_CONFIG_KEYS
+        from ..recipes import load_recipe
 
         try:
             cfg = parse_config(config or [], DRAFT_CONFIG_KEYS) or None
@@ -124,8 +124,8 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from .bench.e2e import RESOLUTIONS, bench_e2e
-        from .errors import UserError
+        from ..bench.e2e import RESOLUTIONS, bench_e2e
+        from ..errors import UserError
 
         if model != "wan2.1-t2v-14b" or not random_weights:
             raise UserError("bench e2e supports --model wan2.1-t2v-14b --random-weights only")

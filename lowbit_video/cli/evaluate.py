@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import typer
 
-from .evaluate import EvalReporter
+from ..evaluate import EvalReporter
+from .common import JsonOpt, err, out, print_json, progress_bar, user_errors
 
 WeightsDirOpt = typer.Option(None, "--weights-dir", help="Weights root (default: $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights).")
 
@@ -24,15 +25,15 @@ def _fmt(v: Any) -> str:
 
 def _availability(root: Path) -> dict:
     """{metric: "available" | {"unavailable": reason}} for every registered metric under `root`."""
-    from .metrics import lpips_metric
-    from .metrics.registry import list_metrics
+    from ..metrics import lpips_metric
+    from ..metrics.registry import list_metrics
 
     out: dict[str, Any] = {}
     for m in list_metrics():
         if m.name == "lpips":
             why = lpips_metric.unavailable(root)
         elif m.kind == "vbench":
-            from .evaluate import _vbench_unavailable
+            from ..evaluate import _vbench_unavailable
 
             why = _vbench_unavailable(m.name, root)
         else:
@@ -46,15 +47,9 @@ class _EvalProgress(EvalReporter):
     a `warning:` line per warning (also under --quiet and --json: they say what was not scored)."""
 
     def __init__(self, quiet: bool) -> None:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        from .cli import err
-
         super().__init__()
-
         self.err, self.quiet = err, quiet
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                 TimeElapsedColumn(), console=err, transient=True, disable=quiet or not err.is_terminal)
+        self.progress = progress_bar(disable=quiet or not err.is_terminal)
         self.task = None
         self.n_runs = self.todo = 0
 
@@ -94,8 +89,6 @@ class _EvalProgress(EvalReporter):
 def _summary(results: list[dict], title: str) -> None:
     from rich.table import Table
 
-    from .cli import out
-
     metric_names: list[str] = []
     for r in results:
         metric_names += [n for n in r["metrics"] if n not in metric_names]
@@ -128,8 +121,6 @@ def _summary(results: list[dict], title: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from .cli import JsonOpt, print_json, user_errors
-
     @app.command("evaluate")
     @user_errors
     def evaluate(
@@ -150,8 +141,8 @@ def register(app: typer.Typer) -> None:
         """
         import sys
 
-        from .distributed import ShardSpec
-        from .evaluate import evaluate_runs
+        from ..distributed import ShardSpec
+        from ..evaluate import evaluate_runs
 
         spec = ShardSpec.from_cli_or_env(shard)
         prefix = f"[rank {spec}] " if spec.launched else (f"[shard {spec}] " if not spec.single else "")
@@ -198,8 +189,7 @@ def register(app: typer.Typer) -> None:
         """
         from rich.table import Table
 
-        from .cli import out
-        from .metrics.weights import check, weights_root
+        from ..metrics.weights import check, weights_root
 
         root = weights_root(weights_dir)
         files = check(root)
@@ -227,9 +217,8 @@ def register(app: typer.Typer) -> None:
 
         from rich.table import Table
 
-        from .cli import out
-        from .metrics.registry import list_metrics
-        from .metrics.weights import weights_root
+        from ..metrics.registry import list_metrics
+        from ..metrics.weights import weights_root
 
         root = weights_root(weights_dir)
         avail = _availability(root)

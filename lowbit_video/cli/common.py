@@ -1,0 +1,143 @@
+"""What every command module of the CLI shares: the consoles, the --json option and its printer,
+the user-error handler, progress bars and list options that take several values after one flag.
+
+Command modules import this one; it imports none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.core import TyperCommand
+
+from ..errors import UserError
+
+# Tables must not be squeezed to 80 columns when stdout is a pipe or a CI log.
+_WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
+out = Console(soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, soft_wrap=True)
+
+JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON object on stdout instead of a table.")
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def progress_bar(disable: bool) -> Progress:
+    """A transient rich progress bar on stderr (description, bar, done/total, elapsed time)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=err, transient=True, disable=disable)
+
+
+def relative(p: str, root: Path) -> str:
+    """p relative to root, or p itself when it is not under root."""
+    try:
+        return str(Path(p).relative_to(root))
+    except ValueError:
+        return p
+
+
+def short_path(p: str) -> str:
+    """p relative to the working directory when it is under it (shorter table cells), else p."""
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return p
+
+
+class GreedyCommand(TyperCommand):
+    """Lets list options take several values after one flag (`--seeds 0 1 2`, `--recipe fp16
+    mxattention`) as well as repeated flags (`--seeds 0 --seeds 1`): each value after a listed option,
+    up to the next argument starting with '-', is given to that option."""
+
+    greedy: tuple[str, ...] = ("--seeds", "--recipe", "-r", "--prompt", "--capture-blocks", "--capture-steps")
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        out: list[str] = []
+        opt, taken = None, 0
+        for i, a in enumerate(args):
+            if a == "--":
+                out.extend(args[i:])
+                break
+            if a in self.greedy:
+                opt, taken = a, 0
+                out.append(a)
+            elif a.startswith("-") and len(a) > 1:
+                opt = None
+                out.append(a)
+            elif opt is not None:
+                out.extend([a] if taken == 0 else [opt, a])
+                taken += 1
+            else:
+                out.append(a)
+        return super().parse_args(ctx, out)
+
+
+class RichReporter:
+    """generate's progress on stderr: one bar over runs, one over the denoising steps of a batch."""
+
+    def __init__(self, quiet: bool, prefix: str = "") -> None:
+        self.quiet = quiet
+        self.prefix = prefix  # "[rank 0/2] " under torchrun
+        self.progress = progress_bar(disable=not err.is_terminal)
+        self.runs_task = self.steps_task = None
+        self.steps_done = 0
+        self.started = False
+
+    def planned(self, runs: list, todo: int) -> None:
+        done = len(runs) - todo
+        if done and not self.quiet:
+            err.print(f"{self.prefix}{done} of {len(runs)} runs already complete", highlight=False, markup=False)
+        if todo:
+            self.progress.start()
+            self.started = True
+            self.runs_task = self.progress.add_task("runs", total=todo)
+            self.steps_task = self.progress.add_task("steps", total=1, visible=False)
+
+    def loading(self, model: str) -> None:
+        self.progress.update(self.runs_task, description=f"loading {model}")
+
+    def loaded(self, model: str, seconds: float) -> None:
+        self.progress.update(self.runs_task, description="runs")
+        self.progress.console.print(f"{self.prefix}loaded {model} in {seconds:.1f} s", highlight=False, markup=False)
+
+    def batch_started(self, recipe: str, prompt: str, seeds: list, steps: int) -> None:
+        short = prompt if len(prompt) <= 32 else prompt[:31] + "…"
+        self.progress.update(self.runs_task, description=f"{recipe} · seed {','.join(map(str, seeds))} · {short}")
+        self.steps_done = 0
+        self.progress.reset(self.steps_task, total=steps, completed=0, visible=True, description="steps")
+
+    def step(self, step: int, total: int) -> None:
+        # one call per finished step (the step index may count from 0 or 1, so it is not used)
+        self.steps_done = min(self.steps_done + 1, total)
+        self.progress.update(self.steps_task, total=total, completed=self.steps_done)
+
+    def run_done(self, run: Any) -> None:
+        self.progress.advance(self.runs_task)
+
+    def close(self) -> None:
+        if self.started:
+            self.progress.stop()

@@ -1,0 +1,70 @@
+"""`lowbit-video recipes` and `lowbit-video recipes validate`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from .common import JsonOpt, out, print_json, short_path, user_errors
+
+recipes_app = typer.Typer(help="List attention recipes (recipes/*.toml), or validate recipe files.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipes_app, name="recipes")
+
+
+@recipes_app.callback(invoke_without_command=True)
+@user_errors
+def recipes(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
+    """List the recipes: name, one-line description, source file."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..recipes import available_recipes, load_recipe
+
+    rows = []
+    for name, path in sorted(available_recipes().items()):
+        recipe = load_recipe(path)
+        rows.append({"name": recipe.name, "description": recipe.description, "file": str(path)})
+    if as_json:
+        print_json({"recipes": rows})
+        return
+    table = Table(title="recipes")
+    for col in ("name", "description", "file"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["description"], short_path(r["file"]))
+    out.print(table)
+
+
+@recipes_app.command("validate")
+@user_errors
+def recipes_validate(
+    paths: list[Path] = typer.Argument(..., help="Recipe TOML files to check."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check recipe files against the schema; one line per file, non-zero exit if any is invalid."""
+    from ..errors import RecipeError
+    from ..recipes import load_recipe
+
+    results = []
+    for path in paths:
+        try:
+            recipe = load_recipe(str(path) if str(path).endswith(".toml") else path)
+            results.append({"file": str(path), "ok": True, "name": recipe.name, "error": None})
+        except RecipeError as e:
+            results.append({"file": str(path), "ok": False, "name": None, "error": str(e)})
+    if as_json:
+        print_json({"valid": all(r["ok"] for r in results), "files": results})
+    else:
+        for r in results:
+            if r["ok"]:
+                out.print(f"[green]ok[/green]    {r['file']} ({r['name']})", highlight=False)
+            else:
+                print(f"error: {r['error']}", file=sys.stderr)
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(2)
+
