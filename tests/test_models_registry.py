@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("diffusers")
 
 from lowbit_video.errors import UserError  # noqa: E402
-from lowbit_video.models.registry import ModelInfo, get_model_info, list_models, load_model  # noqa: E402
+from lowbit_video.models.base import ModelInfo  # noqa: E402
+from lowbit_video.models.registry import get_model_info, list_models, load_model  # noqa: E402
 
 NAMES = ["tiny-shapes", "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "wan2.2-ti2v-5b", "hunyuanvideo"]
 

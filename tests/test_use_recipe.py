@@ -17,7 +17,8 @@ import lowbit_video  # noqa: E402
 from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.injection import install_recipe, use_recipe  # noqa: E402
 from lowbit_video.models.processors import WanRecipeProcessor  # noqa: E402
-from lowbit_video.models.registry import cpu_noise, get_model_info, load_model  # noqa: E402
+from lowbit_video.models.base import cpu_noise  # noqa: E402
+from lowbit_video.models.registry import get_model_info, load_model  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import tiny_wan_pipeline  # noqa: E402
 from lowbit_video.models.tiny_shapes.sample import make_scheduler, sample  # noqa: E402
 from lowbit_video.models.wan import WanVideoModel  # noqa: E402

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import UserError
 from .checkpoint import check_pipeline_folder
-from .registry import ModelInfo, Settings, VideoModel, cpu_noise, pipeline_dtype
+from .base import ModelInfo, Settings, VideoModel, cpu_noise, pipeline_dtype
 from .wan import _dtype_kwargs, _quiet_progress
 
 

@@ -8,7 +8,7 @@
     ...
     handle.remove()
 
-`VideoModel.generate` (registry.py) goes through `use_recipe` too, so a pipeline under
+`VideoModel.generate` (base.py) goes through `use_recipe` too, so a pipeline under
 `use_recipe` computes what `lowbit-video generate` computes for the same recipe, prompt and noise.
 
 * Target: a pipeline (any object with `transformer` / `transformer_2`, e.g. diffusers' WanPipeline or

@@ -1,4 +1,4 @@
-"""The models `lowbit-video generate` can run, and the one interface they share.
+"""The models `lowbit-video generate` can run: their ModelInfo rows, and load_model.
 
     info = get_model_info("wan2.1-t2v-1.3b")
     model = load_model("wan2.1-t2v-1.3b", path="/ckpt/Wan2.1-T2V-1.3B-Diffusers", device="cuda")
@@ -6,45 +6,17 @@
 
 * `tiny-shapes` is shipped with the package; the real models load a diffusers-format folder the
   user keeps on disk (`path`), offline. Nothing is ever downloaded.
-* `VideoModel.generate` installs the recipe's attention processors for the call through the public
-  `use_recipe` (injection.py, processors.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
-  (capture.py), and restores the model's processors afterwards.
-* Paired noise: the initial noise of a seed is drawn on a CPU `torch.Generator` seeded with it,
-  so every recipe (and device) starts from the same noise.
+* The interface the models share (VideoModel) is in base.py. This module imports the families
+  (wan.py, hunyuan.py, tiny_shapes_adapter.py); they import base.py and never this module.
 """
 
 from __future__ import annotations
 
-import json
-from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
-
-import numpy as np
 import torch
 
 from ..errors import UserError
-from ..recipes import Recipe, load_recipe
-from .capture import CaptureSpec, CaptureWriter
-from .steps import StepTracker
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str  # "tiny-shapes", "wan2.1-t2v-1.3b", ...
-    family: str  # "tiny-shapes" | "wan" | "hunyuanvideo"
-    description: str
-    weights: str  # where the weights come from
-    needs_path: bool
-    default_steps: int
-    default_guidance: float
-    default_height: int
-    default_width: int
-    default_frames: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
+from .base import ModelInfo, VideoModel
+from .tiny_shapes_adapter import tiny_shapes_info
 
 _FOLDER = "a diffusers-format folder you pass with --model-path"
 
@@ -64,29 +36,8 @@ _REAL_MODELS = (
 )
 
 
-def _tiny_shapes_info() -> ModelInfo:
-    from .tiny_shapes.model import WEIGHTS_DIR, default_config
-
-    cfg = default_config()
-    cfg_file = WEIGHTS_DIR / "config.json"
-    if cfg_file.is_file():
-        try:
-            cfg = {**cfg, **json.loads(cfg_file.read_text())}
-        except (json.JSONDecodeError, OSError):
-            pass
-    rel = "lowbit_video/models/tiny_shapes/weights"
-    return ModelInfo(
-        "tiny-shapes", "tiny-shapes",
-        "tiny text-to-video model trained on coloured moving shapes (WanTransformer3DModel in pixel space, "
-        "learned text encoder over the prompt grammar)",
-        f"shipped with the package ({rel})", False,
-        int(cfg.get("default_steps", 20)), float(cfg.get("default_guidance", 1.0)),
-        int(cfg["size"]), int(cfg["size"]), int(cfg["frames"]),
-    )
-
-
 def list_models() -> list[ModelInfo]:
-    return [_tiny_shapes_info(), *_REAL_MODELS]
+    return [tiny_shapes_info(), *_REAL_MODELS]
 
 
 def get_model_info(name: str) -> ModelInfo:
@@ -128,155 +79,4 @@ def load_model(name: str, *, path: str | None = None, device: str = "cpu",
     return HunyuanVideoModel.load(info, path=path, device=dev, dtype=dtype)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The resolved sampling settings of one generate call."""
-
-    steps: int
-    guidance: float
-    height: int
-    width: int
-    frames: int
-
-
-class VideoModel(ABC):
-    """A loaded model of one family. Subclasses provide `_recipe_target`, `_scheduler`, `_sample`."""
-
-    info: ModelInfo
-    device: torch.device
-    dtype: torch.dtype
-
-    def __init__(self, info: ModelInfo, *, device: torch.device, dtype: torch.dtype, path: str | None = None):
-        self.info = info
-        self.device = device
-        self.dtype = dtype
-        self.path = path
-        self.last_run: dict[str, Any] | None = None  # attention-call counts of the last generate
-        self.last_timing: dict[str, Any] | None = None  # transformer time per step, peak memory (timing.py)
-
-    # -- public
-
-    def generate(self, prompts: list[str], seeds: list[int], *, recipe: Recipe, steps: int | None = None,
-                 guidance: float | None = None, height: int | None = None, width: int | None = None,
-                 frames: int | None = None, progress: Callable[[int, int], None] | None = None,
-                 capture: CaptureSpec | None = None) -> np.ndarray:
-        """One clip per (prompt, seed) pair: float32 (n, frames, height, width, 3) in [0, 1].
-
-        `progress(done, total)` is called after every denoising step (total = steps x sampling
-        loops of this call). `capture` saves post-RoPE Q/K/V (capture.py)."""
-        prompts, seeds = list(prompts), [int(s) for s in seeds]
-        if len(prompts) != len(seeds):
-            raise UserError(f"{len(prompts)} prompts but {len(seeds)} seeds; pass one seed per prompt")
-        recipe = load_recipe(recipe)
-        s = self.resolve_settings(steps=steps, guidance=guidance, height=height, width=width, frames=frames)
-        if not prompts:
-            return np.zeros((0, s.frames, s.height, s.width, 3), np.float32)
-        tracker = StepTracker(on_step=progress)
-        tracker.steps_total = s.steps * self._loops(len(prompts))
-        writer = None
-        if capture is not None:
-            writer = CaptureWriter(capture, {"model": self.info.name, "recipe": recipe.name})
-            writer.prompts, writer.seeds = prompts, seeds
-        scheduler = self._scheduler()
-        from .injection import use_recipe
-        from .timing import TransformerTimer
-
-        timer = TransformerTimer([t for _, t in self._transformers()], tracker, self.device)
-        # the public one-call API (injection.py): generate runs what a user's own pipeline runs
-        with torch.no_grad(), use_recipe(self._recipe_target(), recipe, scheduler=scheduler, tracker=tracker,
-                                         capture=writer) as handle, timer:
-            video = self._sample(prompts, seeds, s, handle.context, scheduler)
-        self.last_run = handle.calls
-        self.last_timing = timer.summary()
-        video = np.asarray(video, dtype=np.float32)
-        return np.clip(video, 0.0, 1.0)
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready description: model, classes, config essentials, blocks, device, dtype."""
-        from .injection import num_blocks, rope_segments
-
-        out: dict[str, Any] = {"model": self.info.name, "family": self.info.family, "path": self.path,
-                               "device": str(self.device), "dtype": str(self.dtype).replace("torch.", "")}
-        experts = {}
-        for name, t in self._transformers():
-            if t is None:
-                continue
-            cfg = t.config
-            experts[name] = {
-                "class": type(t).__name__, "num_blocks": num_blocks(t),
-                "num_attention_heads": int(cfg.num_attention_heads), "attention_head_dim": int(cfg.attention_head_dim),
-                "patch_size": _jsonable(getattr(cfg, "patch_size", None)), "in_channels": int(cfg.in_channels),
-                "rope_segments": list(rope_segments(t)),
-            }
-        out["transformers"] = experts
-        out["num_blocks"] = next(iter(experts.values()))["num_blocks"] if experts else 0
-        out.update(self._describe_extra())
-        return out
-
-    def resolve_settings(self, *, steps=None, guidance=None, height=None, width=None, frames=None) -> Settings:
-        i = self.info
-        s = Settings(int(i.default_steps if steps is None else steps),
-                     float(i.default_guidance if guidance is None else guidance),
-                     int(i.default_height if height is None else height),
-                     int(i.default_width if width is None else width),
-                     int(i.default_frames if frames is None else frames))
-        if s.steps < 1:
-            raise UserError(f"steps must be >= 1, got {s.steps}")
-        if not s.guidance >= 0:
-            raise UserError(f"guidance must be >= 0, got {s.guidance}")
-        for name in ("height", "width", "frames"):
-            if getattr(s, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(s, name)}")
-        self._check_settings(s)
-        return s
-
-    # -- implemented by each model family (wan.py, hunyuan.py, tiny_shapes_adapter.py)
-
-    @abstractmethod
-    def _recipe_target(self) -> Any:
-        """What the recipe is installed into (`injection.use_recipe`): the pipeline, or an object
-        holding the transformer(s) as `transformer` / `transformer_2`."""
-
-    @abstractmethod
-    def _scheduler(self) -> Any:
-        """The scheduler whose set_timesteps/step the step tracker wraps (the sampler must use it)."""
-
-    @abstractmethod
-    def _sample(self, prompts: list[str], seeds: list[int], s: Settings, ctx, scheduler: Any) -> np.ndarray:
-        """Run the family's sampler with processors installed; (n, T, H, W, 3) floats in [0, 1]."""
-
-    def _transformers(self) -> list[tuple[str, torch.nn.Module]]:
-        """(name, transformer) pairs the recipe is installed into (Wan2.2 A14B has two)."""
-        from .injection import pipeline_transformers
-
-        return pipeline_transformers(self._recipe_target())
-
-    def _loops(self, n_prompts: int) -> int:
-        """Sampling loops (set_timesteps calls) per generate call of n prompts."""
-        return n_prompts
-
-    def _check_settings(self, s: Settings) -> None:
-        pass
-
-    def _describe_extra(self) -> dict[str, Any]:
-        return {}
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
-
-
-def pipeline_dtype(dtype: torch.dtype | None, device: torch.device) -> torch.dtype:
-    """Default compute dtype of the real models: bfloat16 (their training dtype) on every device."""
-    return dtype if dtype is not None else torch.bfloat16
-
-
-def cpu_noise(shape: Sequence[int], seed: int) -> torch.Tensor:
-    """float32 standard normal noise of `shape` from a CPU generator seeded with `seed`."""
-    g = torch.Generator(device="cpu").manual_seed(int(seed))
-    return torch.randn(tuple(shape), generator=g, dtype=torch.float32)
-
-
-__all__ = ["ModelInfo", "Settings", "VideoModel", "cpu_noise", "get_model_info", "list_models", "load_model"]
+__all__ = ["get_model_info", "list_models", "load_model", "resolve_device"]

@@ -7,6 +7,7 @@ conditional and unconditional rows together), so one call is one sampling loop.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,29 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .registry import ModelInfo, Settings, VideoModel
+from .base import ModelInfo, Settings, VideoModel
+
+
+def tiny_shapes_info() -> ModelInfo:
+    """The tiny-shapes row of the model list: the shipped weights' settings over the defaults."""
+    from .tiny_shapes.model import WEIGHTS_DIR, default_config
+
+    cfg = default_config()
+    cfg_file = WEIGHTS_DIR / "config.json"
+    if cfg_file.is_file():
+        try:
+            cfg = {**cfg, **json.loads(cfg_file.read_text())}
+        except (json.JSONDecodeError, OSError):
+            pass
+    rel = "lowbit_video/models/tiny_shapes/weights"
+    return ModelInfo(
+        "tiny-shapes", "tiny-shapes",
+        "tiny text-to-video model trained on coloured moving shapes (WanTransformer3DModel in pixel space, "
+        "learned text encoder over the prompt grammar)",
+        f"shipped with the package ({rel})", False,
+        int(cfg.get("default_steps", 20)), float(cfg.get("default_guidance", 1.0)),
+        int(cfg["size"]), int(cfg["size"]), int(cfg["frames"]),
+    )
 
 
 class TinyShapesVideoModel(VideoModel):
@@ -51,9 +74,7 @@ class TinyShapesVideoModel(VideoModel):
     @classmethod
     def from_model(cls, model, info: ModelInfo | None = None) -> "TinyShapesVideoModel":
         """Wrap an in-memory TinyShapesModel (e.g. a random-init one in tests)."""
-        from .registry import get_model_info
-
-        info = info or get_model_info("tiny-shapes")
+        info = info or tiny_shapes_info()
         dtype = model.transformer.patch_embedding.weight.dtype
         return cls(model, info, device=model.device, dtype=dtype)
 

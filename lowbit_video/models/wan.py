@@ -21,7 +21,7 @@ import torch
 
 from ..errors import UserError
 from .checkpoint import check_pipeline_folder
-from .registry import ModelInfo, Settings, VideoModel, cpu_noise, pipeline_dtype
+from .base import ModelInfo, Settings, VideoModel, cpu_noise, pipeline_dtype
 
 
 def _dtype_kwargs(dtype: torch.dtype) -> dict[str, Any]:
