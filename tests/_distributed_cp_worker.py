@@ -1,4 +1,4 @@
-"""Worker for tests/test_distributed_cp.py, launched with torchrun (2 gloo ranks on CPU).
+"""Worker for tests/test_models_context_parallel.py, launched with torchrun (2 gloo ranks on CPU).
 
 argv: <checkpoint folder> <result json>. Every rank loads the tiny random Wan, generates one clip per
 recipe in a single process (no context parallelism), then again with Ulysses and with ring context

@@ -95,7 +95,7 @@ def test_killed_rank_then_one_process_completes_without_corrupt_runs(single, tmp
 
 def test_context_parallel_ulysses_cli_equals_one_process(single, tmp_path):
     """`--context-parallel ulysses` on tiny-shapes (a Wan transformer, 4 heads): every rank runs every
-    run on half of the heads, rank 0 writes; frames bit-equal to one process (see test_distributed_cp)."""
+    run on half of the heads, rank 0 writes; frames bit-equal to one process (see test_models_context_parallel)."""
     out = tmp_path / "d"
     args = ["generate", "--recipe", "fp16", "--recipe", "mxattention", "--prompt", PROMPT, "--seeds", "0",
             "--steps", str(STEPS), "--context-parallel", "ulysses", "--cp-degree", "2"]

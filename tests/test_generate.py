@@ -1,6 +1,6 @@
 """generate: the grid, paired runs, resume and atomicity, adherence; with a small fake VideoModel
 (deterministic renders of the tiny-shapes generator) so these tests need no weights and run fast.
-The real shipped model is exercised end to end in test_generate_cli.py."""
+The real shipped model is exercised end to end in test_cli_generate.py."""
 
 import dataclasses
 import json

@@ -1,4 +1,4 @@
-"""Fixtures for tests/test_vbench.py: tiny mp4s and random weights of the real architectures.
+"""Fixtures for tests/test_metrics_vbench.py: tiny mp4s and random weights of the real architectures.
 
 Videos follow ../shared/notes/evaluation-offline.md §7: cv2 `mp4v`, 8 fps, 64x96 (H x W), 16 frames.
 The notes do not spell out the moving square; ours is a 16x16 pure-red square on black moving 4 px to
