@@ -17,7 +17,7 @@ def test_defaults_are_the_measured_ones_and_overrides_apply():
     assert (mx["PIPE"], mx["NUM_STAGES"], mx["BLOCK_M"], mx["num_warps"]) == (True, 4, 128, 8)
     sage = merged_config("sage", 128, None)
     assert (sage["PIPE"], sage["BLOCK_M"], sage["num_warps"]) == (False, 64, 4)
-    assert mx["GLUON"] is True and sage["GLUON"] is True  # the Gluon kernel where it applies (Session 8)
+    assert mx["GLUON"] is True and sage["GLUON"] is True  # the Gluon kernel where it applies
     over = merged_config("mx", 128, {"PIPE": False, "NUM_STAGES": 3})
     assert over["PIPE"] is False and over["NUM_STAGES"] == 3 and over["BLOCK_M"] == 128
     assert "maxnreg" not in mx and merged_config("sage", 128, {"maxnreg": 168})["maxnreg"] == 168
@@ -110,7 +110,7 @@ def test_gluon_needs_a_hopper_gpu():
 
 def test_work_loop_defaults_per_recipe_family():
     """WORK_LOOP (the Gluon programs loop over their work tiles) is on for sage2-int8 and the PNQ MXFP4 recipes,
-    off for direct P̃ placement (each measured the faster, "Session 11"), gives way to the Triton kernel and is
+    off for direct P̃ placement (each measured the faster), gives way to the Triton kernel and is
     refused there."""
     from lowbit_video.kernels.launch import merged_config
 
@@ -165,7 +165,7 @@ def test_early_qk_is_a_gluon_default_and_pingpong_opt_in():
     assert merged_config("mx", 128, None, "direct")["EARLY_QK"] is False
     assert merged_config("mx", 128, {"EARLY_QK": True}, "direct")["EARLY_QK"] is True
     assert merged_config("sage", 128, None, "direct")["EARLY_QK"] is True
-    assert merged_config("int4", 128, None)["EARLY_QK"] is True  # "Session 12": rotateattention-half 1.16× with it
+    assert merged_config("int4", 128, None)["EARLY_QK"] is True  # rotateattention-half measured faster with it
     assert merged_config("sage", 128, {"GLUON": False})["EARLY_QK"] is False
     assert merged_config("mx", 128, {"BLOCK_M": 64})["EARLY_QK"] is False  # a Triton knob: the Triton kernel
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
