@@ -192,4 +192,24 @@ def cpu_noise(shape: Sequence[int], seed: int) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=g, dtype=torch.float32)
 
 
-__all__ = ["ModelInfo", "Settings", "VideoModel", "cpu_noise", "pipeline_dtype"]
+def dtype_kwargs(dtype: torch.dtype) -> dict[str, Any]:
+    """diffusers >= 0.36 takes `dtype=` (and deprecates `torch_dtype=`)."""
+    try:
+        from diffusers.utils import deprecation_utils
+
+        if hasattr(deprecation_utils, "_resolve_dtype"):
+            return {"dtype": dtype}
+    except ImportError:
+        pass
+    return {"torch_dtype": dtype}
+
+
+def quiet_progress(pipe) -> None:
+    """No diffusers progress bar of its own: generate draws one over runs and steps."""
+    try:
+        pipe.set_progress_bar_config(disable=True)
+    except Exception:  # pragma: no cover - cosmetic only
+        pass
+
+
+__all__ = ["ModelInfo", "Settings", "VideoModel", "cpu_noise", "dtype_kwargs", "pipeline_dtype", "quiet_progress"]

@@ -16,8 +16,7 @@ import torch
 
 from ..errors import UserError
 from .checkpoint import check_pipeline_folder
-from .base import ModelInfo, Settings, VideoModel, cpu_noise, pipeline_dtype
-from .wan import _dtype_kwargs, _quiet_progress
+from .base import ModelInfo, Settings, VideoModel, cpu_noise, dtype_kwargs, pipeline_dtype, quiet_progress
 
 
 class HunyuanVideoModel(VideoModel):
@@ -37,12 +36,12 @@ class HunyuanVideoModel(VideoModel):
         from diffusers import HunyuanVideoPipeline
 
         try:
-            pipe = HunyuanVideoPipeline.from_pretrained(path, local_files_only=True, **_dtype_kwargs(dtype))
+            pipe = HunyuanVideoPipeline.from_pretrained(path, local_files_only=True, **dtype_kwargs(dtype))
         except (OSError, ValueError, EnvironmentError) as e:
             raise UserError(f"{path}: cannot load {info.name} ({str(e).splitlines()[0]})") from None
         pipe.to(device)
         pipe.vae.enable_tiling()
-        _quiet_progress(pipe)
+        quiet_progress(pipe)
         return cls(pipe, info, device=device, dtype=dtype, path=str(path))
 
     def _recipe_target(self):

@@ -21,26 +21,7 @@ import torch
 
 from ..errors import UserError
 from .checkpoint import check_pipeline_folder
-from .base import ModelInfo, Settings, VideoModel, cpu_noise, pipeline_dtype
-
-
-def _dtype_kwargs(dtype: torch.dtype) -> dict[str, Any]:
-    """diffusers >= 0.36 takes `dtype=` (and deprecates `torch_dtype=`)."""
-    try:
-        from diffusers.utils import deprecation_utils
-
-        if hasattr(deprecation_utils, "_resolve_dtype"):
-            return {"dtype": dtype}
-    except ImportError:
-        pass
-    return {"torch_dtype": dtype}
-
-
-def _quiet_progress(pipe) -> None:
-    try:
-        pipe.set_progress_bar_config(disable=True)
-    except Exception:  # pragma: no cover - cosmetic only
-        pass
+from .base import ModelInfo, Settings, VideoModel, cpu_noise, dtype_kwargs, pipeline_dtype, quiet_progress
 
 
 class WanVideoModel(VideoModel):
@@ -70,12 +51,12 @@ class WanVideoModel(VideoModel):
             extra = {}
             if dtype != torch.float32:
                 extra["vae"] = AutoencoderKLWan.from_pretrained(path, subfolder="vae", local_files_only=True,
-                                                                **_dtype_kwargs(torch.float32))
-            pipe = WanPipeline.from_pretrained(path, local_files_only=True, **_dtype_kwargs(dtype), **extra)
+                                                                **dtype_kwargs(torch.float32))
+            pipe = WanPipeline.from_pretrained(path, local_files_only=True, **dtype_kwargs(dtype), **extra)
         except (OSError, ValueError, EnvironmentError) as e:
             raise UserError(f"{path}: cannot load {info.name} ({str(e).splitlines()[0]})") from None
         pipe.to(device)
-        _quiet_progress(pipe)
+        quiet_progress(pipe)
         return cls(pipe, info, device=device, dtype=dtype, path=str(path))
 
     # -- VideoModel
