@@ -107,6 +107,8 @@ def _variant(spec) -> tuple[str | None, str]:
             return None, "INT4 kernel: P̃ per row (affine or symmetric)"
         if spec.rotation not in ("none", "interleaved", "half", "hadamard"):
             return None, f"INT4 kernel: unknown rotation {spec.rotation!r}"
+        if spec.rotation_sigma != 1.0:
+            return None, "INT4 kernel: orthogonal rotations only (rotation_sigma = 1; the reference engine runs the control)"
         if spec.smooth_q and spec.smooth_q_group != INT4_BLOCK_M:
             return None, f"INT4 kernel: Q smoothing groups of {INT4_BLOCK_M} tokens (the query tile)"
         if spec.placement not in ("direct", "pnq") or spec.tile_k != BLOCK_N:

@@ -41,7 +41,7 @@ the spec's pairing rule), and reads each run's meta.json and metrics.json (writt
   runs that have metrics.json; paired metrics are '–' there.
 * Columns per model: subject_consistency, imaging_quality, aesthetic_quality (the paper's three,
   always), the other VBench dimensions present, other per-video metrics present, then cosine, ssim,
-  psnr, lpips (always), then adherence for tiny-shapes. Higher is better except LPIPS.
+  psnr (then mse where scored), lpips (always), then adherence for tiny-shapes. Higher is better except LPIPS and MSE.
 * Recipe order: `recipe_order` when given (a study's order; recipes not in it follow), else the order
   in which recipes first appear among the runs (paths in command-line order, each walked sorted).
 """
@@ -70,13 +70,14 @@ VBENCH_DIMENSIONS = (
     "overall_consistency",
 )
 PAIRED = ("cosine", "ssim", "psnr", "lpips")
-LOWER_IS_BETTER = frozenset({"lpips"})
+OPTIONAL_PAIRED = ("mse",)  # paired, shown (after PSNR) only where scored: no paper but RotateAttention reports it
+LOWER_IS_BETTER = frozenset({"lpips", "mse"})
 LABELS = {
     "subject_consistency": "Subject", "background_consistency": "Background",
     "temporal_flickering": "Flicker", "motion_smoothness": "Motion", "dynamic_degree": "Dynamic",
     "aesthetic_quality": "Aesthetic", "imaging_quality": "Imaging", "human_action": "Action",
     "temporal_style": "T. style", "overall_consistency": "Overall", "cosine": "Cosine", "ssim": "SSIM",
-    "psnr": "PSNR", "lpips": "LPIPS", "adherence": "Adherence",
+    "psnr": "PSNR", "mse": "MSE", "lpips": "LPIPS", "adherence": "Adherence",
 }
 FORMATS = ("table", "md", "csv", "json")
 NOT_EVALUATED = "not evaluated (run `lowbit-video evaluate --metrics {name}`)"
@@ -100,7 +101,7 @@ def unavailable(v: Any) -> str | None:
 
 
 def is_paired(metric: str) -> bool:
-    return metric in PAIRED
+    return metric in PAIRED or metric in OPTIONAL_PAIRED
 
 
 def label(metric: str) -> str:
@@ -259,9 +260,12 @@ def _columns(runs: list[RunInfo], tiny: bool) -> list[str]:
             present[k] = None
     cols = list(PAPER_VBENCH)
     cols += [d for d in VBENCH_DIMENSIONS if d in present and d not in cols]
-    known = set(VBENCH_DIMENSIONS) | set(PAIRED) | {"adherence"}
+    known = set(VBENCH_DIMENSIONS) | set(PAIRED) | set(OPTIONAL_PAIRED) | {"adherence"}
     cols += sorted(k for k in present if k not in known)
-    cols += list(PAIRED)
+    for c in PAIRED:
+        cols.append(c)
+        if c == "psnr":
+            cols += [m for m in OPTIONAL_PAIRED if m in present]
     if tiny or "adherence" in present:
         cols.append("adherence")
     return cols
@@ -432,7 +436,7 @@ def fmt_value(metric: str, v: Value) -> str:
         return "–"
     if not is_number(v):
         return "n/a"
-    return f"{v:.2f}" if metric == "psnr" else f"{v:.4f}"
+    return f"{v:.2f}" if metric in ("psnr", "mse") else f"{v:.4f}"
 
 
 def _header(metric: str) -> str:

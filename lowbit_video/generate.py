@@ -272,10 +272,19 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     return res
 
 
+# Recipe fields added after runs were first stored, left out of a run's key at their default so the
+# runs made before they existed still match the recipes they were made with.
+LATER_FIELDS = {"attention": {"rotation_sigma": 1.0}}
+
+
 def recipe_key(recipe: Recipe) -> dict:
     """The recipe's contents without where it was read from (what makes two runs comparable)."""
     d = recipe.to_dict()
     d.pop("source", None)
+    for table, defaults in LATER_FIELDS.items():
+        for key, default in defaults.items():
+            if d[table].get(key) == default:
+                del d[table][key]
     return d
 
 

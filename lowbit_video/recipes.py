@@ -52,6 +52,7 @@ SCHEMA: dict[str, str] = {
     "include": "path of a base file, relative to this file or to a recipe folder",
     "attention.kind": "dense | quantized | draft",
     "attention.rotation": "none | hadamard | interleaved | half",
+    "attention.rotation_sigma": "1 (orthogonal) or, with rotation interleaved | half, a positive finite number",
     "attention.rope_segments": "list of positive integers summing to head_dim ([] = the model's)",
     "attention.rotate_v": "true | false",
     "attention.smooth_k": "true | false",
@@ -151,6 +152,10 @@ class AttentionSpec:
     # Orthogonal rotation of Q and K (QKᵀ unchanged in exact arithmetic): none | hadamard (full D×D)
     # | interleaved (2×2 on channel pairs (2i, 2i+1)) | half (within each RoPE segment, i with i + D_j/2).
     rotation: str = "none"
+    # Singular values (σ, 1/σ) of every 2×2 block of a pair rotation: H2·diag(σ, 1/σ) on Q, its
+    # inverse transpose on K. 1 = orthogonal (RotateAttention's requirement); σ ≠ 1 is the paper's
+    # "unconstrained rotation" negative control (QKᵀ still exact, one operand's outliers inflated).
+    rotation_sigma: float = 1.0
     rope_segments: tuple[int, ...] = ()  # t/h/w RoPE segment sizes; () = the model's (Wan: 44/42/42 at D=128)
     rotate_v: bool = False  # Hadamard on V, its inverse applied to the output (folded into W_o in a model)
     smooth_k: bool = False  # subtract K's per-channel mean over tokens (softmax-invariant)
@@ -401,6 +406,7 @@ def _attention_from_dict(where: Where, raw: Any) -> AttentionSpec:
     spec = AttentionSpec(
         kind=where.choice(t, "kind", ("dense", "quantized", "draft"), "dense", p),
         rotation=where.choice(t, "rotation", ("none", "hadamard", "interleaved", "half"), "none", p),
+        rotation_sigma=where.scalar(t, "rotation_sigma", float, 1.0, p),
         rope_segments=where.int_list(t, "rope_segments", p),
         rotate_v=where.scalar(t, "rotate_v", bool, False, p),
         smooth_k=where.scalar(t, "smooth_k", bool, False, p),
@@ -420,6 +426,9 @@ def _attention_from_dict(where: Where, raw: Any) -> AttentionSpec:
         raise where.error(p + "smooth_q_group", f"must be {SCHEMA['attention.smooth_q_group']}, got {spec.smooth_q_group}")
     if any(s <= 0 for s in spec.rope_segments):
         raise where.error(p + "rope_segments", f"must be a {SCHEMA['attention.rope_segments']}, got {list(spec.rope_segments)}")
+    if not (0.0 < spec.rotation_sigma < float("inf")) or (spec.rotation_sigma != 1.0 and spec.rotation not in ("interleaved", "half")):
+        raise where.error(p + "rotation_sigma", f"must be {SCHEMA['attention.rotation_sigma']}, got {spec.rotation_sigma} "
+                                                f"(rotation = {spec.rotation!r})")
     if spec.kind == "dense" and spec.quantized:
         raise where.error(p + "kind", "'dense' recipes cannot quantize operands; use kind = \"quantized\"")
     if spec.kind == "quantized" and not spec.quantized:

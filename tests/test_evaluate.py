@@ -254,7 +254,7 @@ def test_user_errors(tmp_path):
 def test_metric_lists_accept_commas_and_repeats():
     assert ev.resolve_metrics(["psnr,ssim", "cosine", "psnr"]) == (["psnr", "ssim", "cosine"], True)
     names, explicit = ev.resolve_metrics(None)
-    assert not explicit and names[:5] == ["psnr", "ssim", "cosine", "lpips", "adherence"]
+    assert not explicit and names[:6] == ["psnr", "ssim", "cosine", "mse", "lpips", "adherence"]
     assert "temporal_flickering" in names and "imaging_quality" in names
 
 

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from ..recipes import AttentionSpec
-from ..transforms import hadamard_matrix, qk_rotation, smooth_k, smooth_q
+from ..transforms import hadamard_matrix, qk_transforms, smooth_k, smooth_q
 from .quantizers import build_quantizer
 
 
@@ -80,8 +80,10 @@ def reference_attention(
     # order is immaterial in exact arithmetic.
     if spec.rotation != "none":
         segments = rope_segments if rope_segments else spec.rope_segments
-        rotation = qk_rotation(spec.rotation, head_dim, segments)
-        q, k = rotation.apply(q), rotation.apply(k)
+        # Q gets R, K gets R⁻ᵀ: the same R for an orthogonal rotation; rotation_sigma ≠ 1 is the
+        # non-orthogonal negative control (QKᵀ still exact, the operands' ranges no longer kept).
+        rot_q, rot_k = qk_transforms(spec.rotation, head_dim, segments, spec.rotation_sigma)
+        q, k = rot_q.apply(q), rot_k.apply(k)
     v_rotation = None
     if spec.rotate_v:
         # V H before quantization, output · Hᵀ after: the same math as folding H into W_v and W_o.

@@ -15,6 +15,8 @@ convention, which weighs every frame equally whatever its content.
   values in [0, 1]: <a, b> / (|a| |b|). Values are non-negative, so it lies in [0, 1]; 1 iff one
   frame is a positive multiple of the other. Two all-black frames count as identical (1.0); an
   all-black frame against a non-black one as 0.0 (no direction in common).
+* MSE: per frame, the mean squared difference on the 0–255 scale (the scale of the RotateAttention
+  paper's MSE column, whose FP16-relative values are in the hundreds); 0 for identical frames.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ def cosine(frames: np.ndarray, reference: np.ndarray) -> float:
     return float(np.mean(np.clip(cos, -1.0, 1.0)))
 
 
-PAIRED_FUNCTIONS = {"psnr": psnr, "ssim": ssim, "cosine": cosine}
+def mse(frames: np.ndarray, reference: np.ndarray) -> float:
+    a, b = _pair(frames, reference)
+    return float(np.mean(((a - b) * 255.0) ** 2, axis=(1, 2, 3)).mean())
 
-__all__ = ["PAIRED_FUNCTIONS", "as_unit", "cosine", "psnr", "psnr_cap", "ssim"]
+
+PAIRED_FUNCTIONS = {"psnr": psnr, "ssim": ssim, "cosine": cosine, "mse": mse}
+
+__all__ = ["PAIRED_FUNCTIONS", "as_unit", "cosine", "mse", "psnr", "psnr_cap", "ssim"]

@@ -37,6 +37,7 @@ _PAIRED = (
     MetricSpec("ssim", "paired", "SSIM vs the baseline run (scikit-image, data_range 1), mean over frames",
                requires=("skimage",)),
     MetricSpec("cosine", "paired", "cosine similarity of each flattened frame with the baseline's, mean over frames"),
+    MetricSpec("mse", "paired", "MSE vs the baseline run on the 0-255 scale, mean over frames", higher_is_better=False),
     MetricSpec("lpips", "paired", "LPIPS (AlexNet, v0.1) vs the baseline run, mean over frames", _keys("lpips"),
                ("lpips", "torchvision"), higher_is_better=False),
 )
@@ -96,7 +97,7 @@ def get_metric(name: str) -> MetricSpec:
 
 
 def default_metrics() -> tuple[str, ...]:
-    """Everything: psnr, ssim, cosine, lpips, adherence (tiny-shapes runs) and every VBench dimension."""
+    """Everything: psnr, ssim, cosine, mse, lpips, adherence (tiny-shapes runs) and every VBench dimension."""
     return tuple(m.name for m in list_metrics())
 
 

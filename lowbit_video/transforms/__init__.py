@@ -3,7 +3,7 @@
 from .folding import fold_v_rotation
 from .hadamard import hadamard_matrix, rotate
 from .rope import resolve_segments, rope_segments
-from .rotations import half_rotation, interleaved_rotation, qk_rotation
+from .rotations import half_rotation, interleaved_rotation, qk_rotation, qk_transforms
 from .smoothing import smooth_k, smooth_q
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "half_rotation",
     "interleaved_rotation",
     "qk_rotation",
+    "qk_transforms",
     "resolve_segments",
     "rope_segments",
     "rotate",

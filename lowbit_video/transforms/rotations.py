@@ -14,6 +14,12 @@ any singular value σ ≠ 1 would shrink one operand's outliers only by inflatin
 
 A pair rotation with pairs (a_k, b_k) and blocks R_k writes output channels (2k, 2k+1) as
 [x_a, x_b] R_k, computed element-wise (two multiply-adds per output, exact as the matrix product).
+
+The negative control (`qk_transforms(..., sigma=σ)`, σ ≠ 1): each block becomes H2 · diag(σ, 1/σ),
+no longer orthogonal, and K is transformed by R⁻ᵀ instead of R so that (QR)(KR⁻ᵀ)ᵀ = QKᵀ still
+holds exactly. Q's first output channel of every pair is scaled by σ and its second by 1/σ, K's the
+other way round: the asymmetric scaling that, by the paper's SVD argument, inflates the quantization
+error of whichever operand is shrunk relative to its outliers.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from .rope import resolve_segments
 ROTATIONS = ("none", "interleaved", "half", "hadamard")
 
 
-def h2_blocks(n: int) -> torch.Tensor:
-    """(n, 2, 2) copies of the normalized 2x2 Hadamard matrix [[1, 1], [1, −1]] / √2 (float64)."""
+def h2_blocks(n: int, sigma: float = 1.0) -> torch.Tensor:
+    """(n, 2, 2) copies of the normalized 2x2 Hadamard matrix [[1, 1], [1, −1]] / √2 (float64),
+    times diag(σ, 1/σ): singular values σ and 1/σ (orthogonal only at σ = 1)."""
     h2 = torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64) / math.sqrt(2.0)
+    if sigma != 1.0:
+        h2 = h2 @ torch.diag(torch.tensor([sigma, 1.0 / sigma], dtype=torch.float64))
     return h2.expand(n, 2, 2).clone()
 
 
@@ -58,6 +67,11 @@ class PairRotation:
         out_even = a * b[:, 0, 0] + c * b[:, 1, 0]
         out_odd = a * b[:, 0, 1] + c * b[:, 1, 1]
         return torch.stack((out_even, out_odd), dim=-1).flatten(-2)
+
+    def inverse_transpose(self) -> "PairRotation":
+        """x ↦ x Π R⁻ᵀ (each block inverted and transposed): what K gets when Q gets a non-orthogonal
+        R, since Π R (Π R⁻ᵀ)ᵀ = Π R R⁻¹ Πᵀ = I."""
+        return PairRotation(self.first, self.second, torch.linalg.inv(self.blocks.to(torch.float64)).mT.contiguous())
 
     def matrix(self) -> torch.Tensor:
         """The dense D x D matrix Π R (float64), so that apply(x) == x @ matrix()."""
@@ -96,14 +110,15 @@ def _check_even(head_dim: int) -> None:
         raise ShapeError(f"pair rotations need an even head_dim, got {head_dim}")
 
 
-def interleaved_rotation(head_dim: int, blocks: torch.Tensor | None = None) -> PairRotation:
-    """2x2 blocks on adjacent pairs (2i, 2i+1); blocks default to the normalized H2."""
+def interleaved_rotation(head_dim: int, blocks: torch.Tensor | None = None, sigma: float = 1.0) -> PairRotation:
+    """2x2 blocks on adjacent pairs (2i, 2i+1); blocks default to the normalized H2 (· diag(σ, 1/σ))."""
     _check_even(head_dim)
     k = torch.arange(head_dim // 2)
-    return PairRotation(2 * k, 2 * k + 1, h2_blocks(head_dim // 2) if blocks is None else blocks)
+    return PairRotation(2 * k, 2 * k + 1, h2_blocks(head_dim // 2, sigma) if blocks is None else blocks)
 
 
-def half_rotation(head_dim: int, segments: Sequence[int] | None = None, blocks: torch.Tensor | None = None) -> PairRotation:
+def half_rotation(head_dim: int, segments: Sequence[int] | None = None, blocks: torch.Tensor | None = None,
+                  sigma: float = 1.0) -> PairRotation:
     """Within each RoPE segment (default: Wan's split of head_dim), pair channel i with i + D_j/2 and
     rotate each pair by a 2x2 block (default the normalized H2). Pair k of segment j (start s_j) lands
     on channels s_j + 2k, s_j + 2k + 1, so the rotation never leaves its segment."""
@@ -115,7 +130,7 @@ def half_rotation(head_dim: int, segments: Sequence[int] | None = None, blocks: 
         first.append(torch.arange(start, start + half))
         second.append(torch.arange(start + half, start + size))
         start += size
-    return PairRotation(torch.cat(first), torch.cat(second), h2_blocks(head_dim // 2) if blocks is None else blocks)
+    return PairRotation(torch.cat(first), torch.cat(second), h2_blocks(head_dim // 2, sigma) if blocks is None else blocks)
 
 
 def qk_rotation(kind: str, head_dim: int, segments: Sequence[int] | None = None) -> Rotation:
@@ -131,3 +146,20 @@ def qk_rotation(kind: str, head_dim: int, segments: Sequence[int] | None = None)
     if kind in ("hadamard", "full"):
         return DenseRotation(hadamard_matrix(head_dim))
     raise ValueError(f"unknown rotation {kind!r}; expected one of {', '.join(ROTATIONS)}")
+
+
+def qk_transforms(kind: str, head_dim: int, segments: Sequence[int] | None = None,
+                  sigma: float = 1.0) -> tuple[Rotation, Rotation]:
+    """(transform of Q, transform of K) whose product keeps QKᵀ: the recipe's rotation for both when
+    σ = 1; for σ ≠ 1 (pair rotations only) the blocks H2 · diag(σ, 1/σ) on Q and their inverse
+    transpose on K (the negative control: exact in exact arithmetic, not orthogonal)."""
+    if sigma == 1.0:
+        rot = qk_rotation(kind, head_dim, segments)
+        return rot, rot
+    if kind == "interleaved":
+        rot = interleaved_rotation(head_dim, sigma=sigma)
+    elif kind == "half":
+        rot = half_rotation(head_dim, segments, sigma=sigma)
+    else:
+        raise ValueError(f"a non-orthogonal rotation (sigma {sigma}) needs a pair rotation (interleaved, half), got {kind!r}")
+    return rot, rot.inverse_transpose()
