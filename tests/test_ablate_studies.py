@@ -16,9 +16,10 @@ from lowbit_video.recipes import load_recipe
 CLI = [sys.executable, "-m", "lowbit_video"]
 
 
-def test_the_three_studies_are_listed():
+def test_the_five_studies_are_listed():
     names = {s.name: s.kind for s in list_studies()}
-    assert names == {"table3": "table3", "qmax-sweep": "qmax-sweep", "rowsum": "rowsum"}
+    assert names == {"table3": "table3", "qmax-sweep": "qmax-sweep", "rowsum": "rowsum",
+                     "rotate-table": "rotate-table", "draft-pooling": "draft-pooling"}
 
 
 def test_table3_has_the_papers_four_rows_in_order():

@@ -3,8 +3,9 @@
     from lowbit_video.ablate import AblateOptions, run_study
     result = run_study("table3", AblateOptions(prompts="prompts/smoke.txt", steps=4, out="runs/smoke"))
 
-Kinds: `table3` (the MXAttention paper's Table 3), `qmax-sweep` (Table 4), `rowsum` (Figure 7).
-Each reuses what exists (complete runs, matching captures) and writes <out>/<study>.md/.json (+ PNGs).
+Kinds: `table3` (the MXAttention paper's Table 3), `qmax-sweep` (Table 4), `rowsum` (Figure 7),
+`rotate-table` (RotateAttention's main table and ablation) and `draft-pooling` (DraftAttention2's
+Table 3 and Figure 5). Each reuses what exists (complete runs, matching captures) and writes <out>/<study>.md/.json (+ PNGs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def run_study(name_or_path: str, opts: AblateOptions | None = None, reporter: Re
         from .table3 import run
     elif study.kind == "qmax-sweep":
         from .qmax_sweep import run
+    elif study.kind in ("rotate-table", "draft-pooling"):
+        from .recipe_table import run
     else:
         from .rowsum import run
     spec = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)

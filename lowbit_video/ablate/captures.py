@@ -33,6 +33,9 @@ class Capture:
     prompt: str
     seed: int
     path: Path
+    grid: tuple[int, ...] | None = None  # (frames, height, width) of the video tokens, from the index
+    rope_segments: tuple[int, ...] | None = None  # the model's t/h/w RoPE split
+    text_tokens: int = 0  # prompt tokens after the video tokens (HunyuanVideo's joint attention)
 
     def load(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v as float64 BHND."""
@@ -108,7 +111,10 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
         index = json.loads((run.dir / "index.json").read_text())
         for e in index.get("entries", []):
             if e.get("step") == cap.step and e.get("branch", "cond") == "cond":
-                captures.append(Capture(int(e["block"]), run.prompt, run.seed, run.dir / e["file"]))
+                captures.append(Capture(int(e["block"]), run.prompt, run.seed, run.dir / e["file"],
+                                        grid=tuple(e["grid"]) if e.get("grid") else None,
+                                        rope_segments=tuple(e["rope_segments"]) if e.get("rope_segments") else None,
+                                        text_tokens=int(e.get("text_tokens") or 0)))
     if not captures:
         raise UserError(f"no Q/K/V were captured at step {cap.step} (blocks {list(cap.blocks) or 'all'})")
     order = {(run.prompt, run.seed): i for i, run in enumerate(res.runs)}

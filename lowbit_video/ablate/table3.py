@@ -51,10 +51,9 @@ def check_rows(study: Study) -> list[tuple[object, Recipe]]:
 
 def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> dict:
     from .. import compare
-    from ..distributed import ShardSpec, all_gather
-    from ..evaluate import evaluate_runs
-    from ..generate import GenerateConfig, generate, is_tiny_shapes
+    from ..generate import is_tiny_shapes
     from ..models.registry import get_model_info
+    from .scored import baseline_row, generate_and_score
 
     rep = reporter or Reporter()
     p: Table3Params = study.params  # type: ignore[assignment]
@@ -63,39 +62,21 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     tiny = is_tiny_shapes(get_model_info(r.model))
     metrics = [m for m in p.metrics if tiny or m != "adherence"]
 
-    spec = r.spec
-    gen = generate(GenerateConfig(model=r.model, recipes=[p.baseline, *(x.recipe for x, _ in rows)],
-                                  prompts_file=r.prompts, seeds=list(r.seeds), steps=r.steps, out=r.out,
-                                  device=r.device, shard=spec, **r.size), rep.generate_reporter())
-    dirs = [x["dir"] for x in gen["runs"]]
-    # This process scores the runs it owns (generate's split of the grid, which is evaluate's split of
-    # the same runs). Under torchrun generate has already waited for every rank, so each baseline run
-    # exists; under --shard a baseline another job has not made yet leaves the paired metrics
-    # unavailable, and the final run without --shard scores them (evaluate recomputes those).
-    mine = [x["dir"] for x in gen["runs"] if x["status"] != "other-shard"]
-    rep.stage(f"evaluating {len(mine)} runs", 1)
-    if mine:
-        evaluate_runs(mine, metrics=metrics, weights_dir=r.weights_dir, baseline=p.baseline, shard=ShardSpec())
-    rep.advance()
-    rep.done()
-    counts = all_gather((gen["generated"], gen["skipped"]))  # also the barrier: every rank has scored
-    generated, reused = sum(c[0] for c in counts), sum(c[1] for c in counts)
-    if r.share_only:
-        return share_result(study, r, generated=gen["generated"], reused=gen["skipped"], evaluated=len(mine))
-
-    comp = compare.collect(dirs, baseline=p.baseline, recipe_order=[x.recipe for x, _ in rows])
+    sc = generate_and_score(r, baseline=p.baseline, recipes=[x.recipe for x, _ in rows], metrics=metrics, rep=rep)
+    if sc.comp is None:
+        return share_result(study, r, **sc.mine)
+    comp = sc.comp
     mc = comp.model(r.model)
     order = [(x.config, x.recipe) for x, _ in rows]
     out_rows = []
     for (x, _), j in zip(rows, compare.rows_json(comp, r.model, order, columns=metrics, label_key="config")):
         out_rows.append({"config": x.config, "recipe": x.recipe, "hadamard": x.hadamard, "pnq": x.pnq, "uos": x.uos,
                          **{k: v for k, v in j.items() if k not in ("config", "recipe")}})
-    base = compare.to_json(comp)["models"][[m.model for m in comp.models].index(mc.model)]["baseline_row"]
     result = {
         "study": study.name, "model": r.model, "prompts": r.prompts, "seeds": list(r.seeds), "steps": effective_steps(r),
-        "generated": generated, "reused": reused, "metrics": metrics,
-        "rows": out_rows, "baseline": base, "best": {c: next((x.config for x, _ in rows if x.recipe == rec), rec)
-                                                    for c, rec in mc.best.items() if c in metrics},
+        "generated": sc.generated, "reused": sc.reused, "metrics": metrics,
+        "rows": out_rows, "baseline": baseline_row(comp, r.model),
+        "best": {c: next((x.config for x, _ in rows if x.recipe == rec), rec) for c, rec in mc.best.items() if c in metrics},
         "warnings": list(comp.warnings), "command": command(study, r), "paper": list(study.paper_rows),
     }
     md = render_markdown(result, study, comp, order, metrics)

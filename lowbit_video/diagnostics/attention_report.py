@@ -13,15 +13,17 @@ from ..recipes import Recipe
 
 
 def attention_report(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe, *, geometry=None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe, *, geometry=None, rope_segments=None
 ) -> dict[str, Any]:
     """Relative L2 error and cosine of the recipe's output vs exact attention, and the induced row
     sums |Σ_j w_ij − 1| of the weights the recipe actually applies to V (BHND inputs).
 
     `geometry` (a VideoGeometry) is the video token layout draft recipes need; their report adds
-    the realised skip_fraction and precision_fractions next to the recipe's budget."""
+    the realised skip_fraction and precision_fractions next to the recipe's budget. `rope_segments`:
+    the model's t/h/w RoPE split, for the "half" rotation (default: the recipe's, else Wan's)."""
     start = time.perf_counter()
-    out, diag = attend(q, k, v, recipe, backend="reference", return_diagnostics=True, geometry=geometry)
+    out, diag = attend(q, k, v, recipe, backend="reference", return_diagnostics=True, geometry=geometry,
+                       rope_segments=rope_segments)
     seconds = time.perf_counter() - start
     ref = exact_attention(q, k, v)
     out64 = out.to(torch.float64)
