@@ -271,7 +271,7 @@ def test_study_end_to_end_at_two_steps(tmp_path, name):
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red circle moving right on a black background\n")
     opts = AblateOptions(prompts=str(prompts), seeds=[0], steps=2, out=str(tmp_path / "out"),
-                         weights_dir=str(tmp_path / "no-weights"), height=16, width=16, frames=2)
+                         weights_dir=str(tmp_path / "no-weights"))
     res = run_study(str(path), opts)
     study = load_study(str(path))
     doc = json.loads((tmp_path / "out" / f"{study.name}.json").read_text())

@@ -144,8 +144,6 @@ def check_claims(p: TableParams, video_rows: list[dict], metrics: list[str], ope
 
 
 def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> dict:
-    from ..generate import is_tiny_shapes
-    from ..models.registry import get_model_info
     from . import operator as op
     from .captures import ensure_captures
     from .scored import baseline_row, generate_and_score
@@ -154,10 +152,8 @@ def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> 
     p: TableParams = study.params  # type: ignore[assignment]
     r = resolve(study, opts)
     rows = check_rows(study)
-    tiny = is_tiny_shapes(get_model_info(r.model))
-    metrics = [m for m in p.metrics if tiny or m != "adherence"]
-
-    sc = generate_and_score(r, baseline=p.baseline, recipes=[x.recipe for x, _ in rows], metrics=metrics, rep=rep)
+    sc = generate_and_score(r, baseline=p.baseline, recipes=[x.recipe for x, _ in rows], metrics=p.metrics, rep=rep)
+    metrics = sc.metrics
     captures = ensure_captures(r, p.capture, rep)  # every process makes its share of them
     if sc.comp is None:
         return share_result(study, r, **sc.mine)
@@ -264,7 +260,8 @@ def _paper_table(paper: list[dict]) -> list[str]:
     extra = [k for k in paper[0] if k not in cols and k not in ("model", "config")]
     head = ["Model", "Configuration", *extra, *(compare.label(c) for c in cols)]
     body = [[str(x.get("model", "")), str(x.get("config", "")), *(str(x.get(k, "")) for k in extra),
-             *(_fmt(x[c], 2 if c in ("psnr", "mse") else 4) if c in x else str(x.get(c, "–")) for c in cols)]
+             *((_fmt(x[c], 2 if c in ("psnr", "mse") else 4) if compare.is_number(x[c]) else str(x[c])) if c in x
+               else "–" for c in cols)]
             for x in paper]
     return ["The paper's rows (for reference):", "", md_table(head, body, align=["l"] * (2 + len(extra)) + ["r"] * len(cols))]
 

@@ -21,6 +21,16 @@ class Scored:
     generated: int  # runs generated (all processes)
     reused: int  # complete runs found (all processes)
     mine: dict  # this process's own counts: generated, reused, evaluated
+    metrics: list  # the study's metrics that apply to the model (what was scored)
+
+
+def applicable_metrics(metrics: Sequence[str], model: str) -> list[str]:
+    """The study's metrics that apply to `model` (adherence: the tiny-shapes model only)."""
+    from ..generate import is_tiny_shapes
+    from ..models.registry import get_model_info
+
+    tiny = is_tiny_shapes(get_model_info(model))
+    return [m for m in metrics if tiny or m != "adherence"]
 
 
 def generate_and_score(r: Resolved, *, baseline: str, recipes: Sequence[str], metrics: Sequence[str],
@@ -30,6 +40,7 @@ def generate_and_score(r: Resolved, *, baseline: str, recipes: Sequence[str], me
     from ..evaluate import evaluate_runs
     from ..generate import GenerateConfig, generate
 
+    metrics = applicable_metrics(metrics, r.model)
     gen = generate(GenerateConfig(model=r.model, recipes=[baseline, *recipes], prompts_file=r.prompts,
                                   seeds=list(r.seeds), steps=r.steps, out=r.out, device=r.device, shard=r.spec,
                                   **r.size), rep.generate_reporter())
@@ -47,9 +58,9 @@ def generate_and_score(r: Resolved, *, baseline: str, recipes: Sequence[str], me
     counts = all_gather((gen["generated"], gen["skipped"]))  # also the barrier: every rank has scored
     own = {"generated": gen["generated"], "reused": gen["skipped"], "evaluated": len(mine)}
     if r.share_only:
-        return Scored(None, sum(c[0] for c in counts), sum(c[1] for c in counts), own)
+        return Scored(None, sum(c[0] for c in counts), sum(c[1] for c in counts), own, metrics)
     comp = compare.collect(dirs, baseline=baseline, recipe_order=list(recipes))
-    return Scored(comp, sum(c[0] for c in counts), sum(c[1] for c in counts), own)
+    return Scored(comp, sum(c[0] for c in counts), sum(c[1] for c in counts), own, metrics)
 
 
 def baseline_row(comp, model: str) -> dict | None:

@@ -51,18 +51,14 @@ def check_rows(study: Study) -> list[tuple[object, Recipe]]:
 
 def run(study: Study, opts: AblateOptions, reporter: Reporter | None = None) -> dict:
     from .. import compare
-    from ..generate import is_tiny_shapes
-    from ..models.registry import get_model_info
     from .scored import baseline_row, generate_and_score
 
     rep = reporter or Reporter()
     p: Table3Params = study.params  # type: ignore[assignment]
     r = resolve(study, opts)
     rows = check_rows(study)
-    tiny = is_tiny_shapes(get_model_info(r.model))
-    metrics = [m for m in p.metrics if tiny or m != "adherence"]
-
-    sc = generate_and_score(r, baseline=p.baseline, recipes=[x.recipe for x, _ in rows], metrics=metrics, rep=rep)
+    sc = generate_and_score(r, baseline=p.baseline, recipes=[x.recipe for x, _ in rows], metrics=p.metrics, rep=rep)
+    metrics = sc.metrics
     if sc.comp is None:
         return share_result(study, r, **sc.mine)
     comp = sc.comp
