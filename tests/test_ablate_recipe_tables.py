@@ -189,9 +189,9 @@ def test_rotation_sigma_is_validated():
     att = {"kind": "quantized", "rotation": "half", "q": {"format": "int4"}}
     make = lambda **kw: recipe_from_dict({"name": "x", "attention": {**att, **kw}})
     assert make(rotation_sigma=2).attention.rotation_sigma == 2.0
-    with pytest.raises(RecipeError, match="rotation_sigma: must be a positive"):
+    with pytest.raises(RecipeError, match="rotation_sigma: must be 1 .orthogonal. or.*got 0.0"):
         make(rotation_sigma=0.0)
-    with pytest.raises(RecipeError, match="applies to the pair rotations"):
+    with pytest.raises(RecipeError, match="rotation_sigma: must be 1 .orthogonal. or.*rotation = 'hadamard'"):
         make(rotation="hadamard", rotation_sigma=2.0)
 
 
