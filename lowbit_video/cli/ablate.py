@@ -96,7 +96,10 @@ def register(app: typer.Typer) -> None:
 
         Studies: table3 (the MXAttention paper's Table 3: Full / w/o UOS / w/o PNQ and UOS / OCP MXFP4, fully 4-bit),
         qmax-sweep (Table 4: per-block MSE-optimal Q_max on captured Q/K/V), rowsum (Figure 7: row sums of MXFP4-quantized
-        attention probabilities). Complete runs and captures are reused, so a rerun only writes the outputs again.
+        attention probabilities), rotate-table (RotateAttention's main table and ablation: INT4 baseline, range-rectified
+        P̃, half / interleaved / full rotation, a non-orthogonal control; videos and operator level), draft-pooling
+        (DraftAttention2's Table 3, average vs average + max pooled draft, and Figure 5, error at equal budget).
+        Complete runs and captures are reused, so a rerun only writes the outputs again.
 
         Many processes: `torchrun --nproc-per-node N -m lowbit_video ablate ...` splits the runs (or captures) over the N ranks; rank 0 writes the outputs when all are done.
         """
@@ -148,7 +151,7 @@ def register(app: typer.Typer) -> None:
             print_json(result)
             return
         md = Path(result["files"][0])
-        if md.name == "table3.md":
+        if md.name == "table3.md" or result.get("kind") in ("rotate-table", "draft-pooling"):
             out.print(md.read_text(), highlight=False, markup=False)
         else:
             _summary(result)
