@@ -114,9 +114,9 @@ def test_bad_study_files_are_one_line_errors(data, message):
 def test_cli_list_json_and_one_line_errors():
     res = subprocess.run([*CLI, "ablate", "--list", "--json"], capture_output=True, text=True, check=True)
     studies = json.loads(res.stdout)["studies"]
-    assert [s["name"] for s in studies] == ["draft-pooling", "qmax-sweep", "rowsum", "rotate-table", "table3"]
+    assert [s["name"] for s in studies] == ["draft-pooling", "qmax-sweep", "rotate-table", "rowsum", "table3"]
     assert all(s["description"] and s["file"].endswith(f"{s['name']}.toml") for s in studies)
-    for args, msg in ((["nope"], "error: unknown study 'nope'; known studies: draft-pooling, qmax-sweep, rowsum, rotate-table, table3"),
+    for args, msg in ((["nope"], "error: unknown study 'nope'; known studies: draft-pooling, qmax-sweep, rotate-table, rowsum, table3"),
                       (["table3", "--seeds", "0", "x"], "error: --seeds: expected non-negative integers, got 'x'"),
                       (["table3", "--seeds", "-1"], "error: --seeds: seeds must be integers in [0, 2^63), got -1"),
                       ([], "error: name a study")):
