@@ -2,12 +2,16 @@
 top-level `kernels`: diffusers probes for an unrelated package of that name).
 
 `attention(q, k, v, recipe, layout=..., scale=..., key_padding_mask=None)` runs one kernel family
-(kernels/_core.py: one online-softmax core, variants dense / MXFP4 / sage2-int8 / INT4) after the operand
-pre-pass (kernels/prepass.py). Importing this package needs `triton`; `available()` says whether it
-can run here without raising.
+(kernels/_core.py: one online-softmax core, variants dense / MXFP4 / sage2-int8 / INT4 / NVFP4; the
+warp-specialized Gluon kernel kernels/gluon_ws.py for the 8-bit ones) after the operand pre-pass
+(kernels/prepass.py); `draft.draft_attention` runs DraftAttention2. Which variant serves which recipe,
+with which settings, is the table in kernels/dispatch.py. Importing this package needs neither triton
+nor a GPU; `available()` says whether the kernels can run here.
 """
 
 from __future__ import annotations
+
+from .dispatch import supports
 
 
 def available() -> bool:
@@ -24,15 +28,6 @@ def attention(*args, **kwargs):
     from .launch import attention as _attention
 
     return _attention(*args, **kwargs)
-
-
-def supports(spec, device=None, head_dim=None):
-    """(ok, reason): whether the kernel family runs the recipe's AttentionSpec on device/head_dim."""
-    try:
-        from .launch import supports as _supports
-    except ImportError as exc:  # no triton
-        return False, f"triton is not importable ({exc})"
-    return _supports(spec, device, head_dim)
 
 
 __all__ = ["attention", "available", "supports"]

@@ -104,16 +104,13 @@ def int4_p_codes(qk, rmax, PLEV: tl.constexpr, MASKED: tl.constexpr, c=1.0):
 @triton.jit
 def _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16, ds_scale,
                  MODE: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SMQ: tl.constexpr, kd=0, k_row0=0, TMA: tl.constexpr = False):
+                 SMQ: tl.constexpr):
     """First half of `_tile_step`: the key tile's logits QKᵀ (fp32, unmasked: `_tile_update` masks) and
     the per-row factor still to apply in the log2 domain (MODE 3/4 fold theirs in here and return 1).
-    Split off so the kernel can issue the next tile's QKᵀ before this tile's softmax (PIPE). TMA: the
-    (unmasked) K tile comes through the tensor descriptor kd (rows k_row0 + n of a (rows, D) view)."""
+    Split off so the kernel can issue the next tile's QKᵀ before this tile's softmax (PIPE)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_ptrs = k_base + offs_n[:, None] * sk_n + offs_d[None, :]
-    if TMA:
-        k = kd.load([k_row0 + start_n, 0])
-    elif MASKED:
+    if MASKED:
         inb = offs_n < N_KV
         k = tl.load(k_ptrs, mask=inb[:, None], other=0.0)
     else:
@@ -153,9 +150,8 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
                  P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15,
                  PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
-                 RNE_P: tl.constexpr = False, vd=0, v_row0=0, TMA: tl.constexpr = False):
-    """Second half of `_tile_step`: masking, the online-softmax update, P̃ quantization and P̂·V̂ (TMA: the
-    Vᵀ tile through the descriptor vd, rows v_row0.. of a (B·H·D, N_pad) view)."""
+                 RNE_P: tl.constexpr = False):
+    """Second half of `_tile_step`: masking, the online-softmax update, P̃ quantization and P̂·V̂."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     v_ptrs = vt_base + offs_n[None, :] * sv_n
     if MASKED:
@@ -233,9 +229,7 @@ def _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_ba
     else:
         p = y
         l_i = l_i * alpha + tl.sum(y, axis=1) * lsc
-    if TMA:
-        vt = vd.load([v_row0, start_n])
-    elif MASKED and MODE == 0:
+    if MASKED and MODE == 0:
         vt = tl.load(v_ptrs, mask=inb[None, :], other=0.0)
     else:
         vt = tl.load(v_ptrs)  # MXFP4 / sage2 V is zero-padded to whole tiles by the pre-pass
@@ -280,7 +274,7 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                PROMOTE: tl.constexpr, PQ: tl.constexpr, PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0,
                PROW: tl.constexpr = False, lsc=1.0, pvs=1.0, PHASE: tl.constexpr = False,
-               RNE_P: tl.constexpr = False, kd=0, k_row0=0, vd=0, v_row0=0, TMA: tl.constexpr = False):
+               RNE_P: tl.constexpr = False):
     """One key tile of the online-softmax recurrence (the core every variant shares).
 
     K rows are read at k_base + n·sk_n + d (head_dim contiguous); V as the (D, BLOCK_N) tile at
@@ -311,10 +305,10 @@ def _tile_step(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, sta
     the fp32 accumulator, and `lsc` (= 2^−P_SHIFT) brings the tile's Σ P̃ to the unshifted unit, so
     every phase adds to m, ℓ and Õ in the same units and the output is normalised once."""
     qk, c_row = _tile_scores(q, k_base, sk_n, offs_d, start_n, ks_base, c_row, N_KV, kf_base, sk_n_kf, qm16,
-                             ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
+                             ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
     return _tile_update(acc, m_i, l_i, n_bad, qk, c_row, vt_base, sv_n, start_n, kpm_base, N_KV, MODE, MASKED,
                         HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, PROW,
-                        lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
+                        lsc, pvs, PHASE, RNE_P)
 
 
 @triton.jit
@@ -326,20 +320,9 @@ def _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE: tl.constexpr):
 
 
 @triton.jit
-def _tile_start(LIST, j, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr, PAIR: tl.constexpr = False, n_list=0,
-                N_KV=0):
-    """First key of tile j: j·BLOCK_N, or LIST[j]·BLOCK_N for a block-sparse key list (INDIRECT).
-    PAIR: tile j joins list entries 2j and 2j+1, two blocks of BLOCK_N/2 keys, into one BLOCK_N-wide tile;
-    returned as the vector `start` with start + arange(BLOCK_N) = the tile's keys. An odd list's last tile
-    takes a block past N_KV as its second half, whose keys the MASKED step drops."""
-    # one return after a constexpr if/elif/else: Triton 3.6 rejects early returns of different shapes
-    if PAIR:
-        HALF: tl.constexpr = BLOCK_N // 2
-        has1 = 2 * j + 1 < n_list
-        b0 = tl.load(LIST + 2 * j)
-        b1 = tl.where(has1, tl.load(LIST + 2 * j + 1, mask=has1, other=0), N_KV // HALF)
-        start = tl.where(tl.arange(0, BLOCK_N) >= HALF, b1 * HALF - HALF, b0 * HALF)
-    elif INDIRECT:
+def _tile_start(LIST, j, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr):
+    """First key of tile j: j·BLOCK_N, or LIST[j]·BLOCK_N for a block-sparse key list (INDIRECT)."""
+    if INDIRECT:
         start = tl.load(LIST + j) * BLOCK_N
     else:
         start = j * BLOCK_N
@@ -354,57 +337,50 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
                P_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PROMOTE: tl.constexpr,
                PQ: tl.constexpr, PLEV: tl.constexpr, SMQ: tl.constexpr, PROW: tl.constexpr,
                PHASE: tl.constexpr, RNE_P: tl.constexpr, INDIRECT: tl.constexpr, PIPE: tl.constexpr,
-               NUM_STAGES: tl.constexpr, WS: tl.constexpr = False, kd=0, k_row0=0, vd=0, v_row0=0,
-               TMA: tl.constexpr = False, PAIR: tl.constexpr = False):
+               NUM_STAGES: tl.constexpr):
     """`n_tiles` key tiles through `_tile_step` (attn_fwd's whole tiles, and each precision phase of draft_fwd).
 
     PIPE: software pipelining (FA3's intra-warpgroup overlap): the next tile's QKᵀ is issued before this
     tile's softmax and P̃ quantization, so the asynchronous MMA runs under the ALU work. The arithmetic is
-    the same, in the same order (GPU: equal outputs for MODE 0–3, measured).
-    WS: Triton's automatic warp specialization of the plain loop, kept for measurement only: on the H200
-    with Triton 3.6 it gave nothing at 8 warps and stops the compiler (WSLowerToken assertion) at 4.
-    PAIR (block-sparse lists, MASKED MODE 0 only): two listed blocks per BLOCK_N-wide tile (`_tile_start`)."""
-    if PAIR:
-        n_iter = (n_tiles + 1) // 2
-    else:
-        n_iter = n_tiles
+    the same, in the same order (GPU: equal outputs for MODE 0–3, measured)."""
+    n_iter = n_tiles
     if PIPE:
         if n_iter > 0:
-            s0 = _tile_start(LIST, 0, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
+            s0 = _tile_start(LIST, 0, BLOCK_N, INDIRECT)
             qk, c_q = _tile_scores(q, k_base, sk_n, offs_d, s0, ks_base,
                                    _tile_row_factor(c_row, KS, pid_bh, sks_bh, 0, MODE), N_KV, kf_base, sk_n_kf,
-                                   qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
+                                   qm16, ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
             for j in tl.range(0, n_iter - 1, num_stages=NUM_STAGES):
-                s_next = _tile_start(LIST, j + 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
+                s_next = _tile_start(LIST, j + 1, BLOCK_N, INDIRECT)
                 qk_next, c_next = _tile_scores(
                     q, k_base, sk_n, offs_d, s_next, ks_base,
                     _tile_row_factor(c_row, KS, pid_bh, sks_bh, j + 1, MODE), N_KV, kf_base, sk_n_kf, qm16,
-                    ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ, kd, k_row0, TMA)
-                s_j = _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
+                    ds_scale, MODE, MASKED, BLOCK_M, BLOCK_N, SMQ)
+                s_j = _tile_start(LIST, j, BLOCK_N, INDIRECT)
                 acc, m_i, l_i, n_bad = _tile_update(
                     acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, s_j, kpm_base,
                     N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE,
-                    PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
+                    PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
                 qk = qk_next
                 c_q = c_next
-            s_last = _tile_start(LIST, n_iter - 1, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
+            s_last = _tile_start(LIST, n_iter - 1, BLOCK_N, INDIRECT)
             acc, m_i, l_i, n_bad = _tile_update(
                 acc, m_i, l_i, n_bad, qk, c_q, vt_base, sv_n, s_last,
                 kpm_base, N_KV, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
-                PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P, vd, v_row0, TMA)
+                PROMOTE, PQ, PLEV, PROW, lsc, pvs, PHASE, RNE_P)
     else:
-        for j in tl.range(0, n_iter, num_stages=NUM_STAGES, warp_specialize=WS):
-            s_j = _tile_start(LIST, j, BLOCK_N, INDIRECT, PAIR, n_tiles, N_KV)
+        for j in tl.range(0, n_iter, num_stages=NUM_STAGES):
+            s_j = _tile_start(LIST, j, BLOCK_N, INDIRECT)
             acc, m_i, l_i, n_bad = _tile_step(
                 acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, s_j,
                 kpm_base, ks_base, _tile_row_factor(c_row, KS, pid_bh, sks_bh, j, MODE), N_KV, kf_base, sk_n_kf,
                 qm16, ds_scale, MODE, MASKED, HAS_KPM, PNQ, P_FP8, RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N,
-                PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P, kd, k_row0, vd, v_row0, TMA)
+                PROMOTE, PQ, PLEV, SMQ, PROW, lsc, pvs, PHASE, RNE_P)
     return acc, m_i, l_i, n_bad
 
 
 @triton.jit
-def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
+def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_d, sv_n, so_b, so_h, so_n, so_d,
              sqs_bh, sks_bh, svs_bh, skpm_b,
              H, N_Q, N_KV, sm_scale_log2, skf_bh, sqm_bh, rotv_scale,
@@ -413,8 +389,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
              PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
-             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, WS: tl.constexpr = False,
-             TMA: tl.constexpr = False):
+             PROW: tl.constexpr = False, PIPE: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -476,7 +451,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
         acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm_base, ks_base, c_row, N_KV, kf_base,
         HEAD_DIM, qm16, sm_scale_log2, KS, pid_bh, sks_bh, KS, n_full, 1.0, 1.0, MODE, False, HAS_KPM, PNQ, P_FP8,
         RULE, FLQ, QMAX, P_SHIFT, BLOCK_M, BLOCK_N, PROMOTE, PQ, PLEV, SMQ, PROW, False, False, False, PIPE,
-        NUM_STAGES, WS, KD, pid_bh * (sk_h // HEAD_DIM), VD, pid_bh * HEAD_DIM, TMA)
+        NUM_STAGES)
     for j in range(n_full, tl.cdiv(N_KV, BLOCK_N)):
         acc, m_i, l_i, n_bad = _tile_step(
             acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, j * BLOCK_N, kpm_base, ks_base,
@@ -504,8 +479,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV, KD, VD,
 def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID, IDX, CNT, PK, PV, O,
               R, S, W, N_PRE, sm_scale_log2, p8_shift_inv,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, P8_SHIFT: tl.constexpr, PROMOTE: tl.constexpr,
-              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False, PIPE4: tl.constexpr = False,
-              PIPE8: tl.constexpr = False, PIPE16: tl.constexpr = False, PAIR16: tl.constexpr = False):
+              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False):
     """DraftAttention2, block-sparse and mixed precision: one program per (packed query region, b·h).
 
     Operands are packed region blocks of BLOCK slots (S = R·BLOCK per b·h, padding slots zero and marked 0
@@ -515,9 +489,8 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
     outer scales S4 (B·H, 3) = (s_o(Q), s_o(K), s_o(V)). IDX (B·H, R, W) int32 lists this query region's
     retained key blocks, grouped by phase (NVFP4, INT8/FP8, 16-bit — anemoi's order) with CNT
     (B·H, R, 3) entries each. PK, PV (B·H, N_PRE, D): the prefix (text) keys, dense at 16 bit, last.
-    Every phase is `_tile_loop` (`_tile_step`) of the shared core with PHASE=True (PIPE4/8/16: that
-    phase's loop software-pipelined; PAIR16: the 16-bit phase takes two listed key blocks per 2·BLOCK-wide
-    tile, which changes only where its running maximum is updated): one (m, ℓ, Õ) per row, normalised once
+    Every phase is `_tile_loop` (`_tile_step`) of the shared core with PHASE=True, unpipelined (its 64×64
+    tiles leave too little ALU work per MMA for PIPE to pay): one (m, ℓ, Õ) per row, normalised once
     (rows that kept nothing give 0). O (B·H, S, D) fp32, packed. RNE_P: round P̃·448 onto E4M3 in fp32 before
     the FP8 cast (only under the CPU interpreter, whose cast is not RNE; on the GPU the cast is cvt.rn).
     """
@@ -547,7 +520,7 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
         acc, m_i, l_i, n_bad = _tile_loop(
             acc, m_i, l_i, n_bad, q, K4 + base, HEAD_DIM, V4T + base + offs_d[:, None] * S, 1, offs_d, VALID, VALID,
             c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists, n4, 1.0, pvs, 4, True, True, False, False, 0, 2, 6.0,
-            0.0, BLOCK, BLOCK, False, False, 15, 0, False, True, False, True, PIPE4, NUM_STAGES)
+            0.0, BLOCK, BLOCK, False, False, 15, 0, False, True, False, True, False, NUM_STAGES)
     # phase 2: INT8 QKᵀ (per-block Q scale, per-slot K scale), FP8 P̃·V̂ (static 1/448, per-channel V)
     if n8 > 0:
         q = tl.load(Q8 + base + rows)
@@ -557,20 +530,16 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
             acc, m_i, l_i, n_bad, q, K8 + base, HEAD_DIM, V8T + base + offs_d[:, None] * S, 1, offs_d, VALID,
             KS8 + bh.to(tl.int64) * S, c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists + n4, n8, p8_shift_inv,
             pvs, 2, True, True, False, True, 0, 2, 6.0, P8_SHIFT, BLOCK, BLOCK, PROMOTE, False, 15, 0, False, True,
-            RNE_P, True, PIPE8, NUM_STAGES)
+            RNE_P, True, False, NUM_STAGES)
     # phase 3: 16 bit (the caller's dtype), unquantized
-    if PAIR16:
-        BN16: tl.constexpr = 2 * BLOCK
-    else:
-        BN16: tl.constexpr = BLOCK
     if n16 > 0:
         q = tl.load(Q16 + base + rows)
         c_row = ones * sm_scale_log2
         acc, m_i, l_i, n_bad = _tile_loop(
             acc, m_i, l_i, n_bad, q, K16 + base, HEAD_DIM, V16 + base + offs_d[:, None], HEAD_DIM, offs_d, VALID,
             VALID, c_row, S, VALID, 0, qm16, 0.0, VALID, bh, 0, lists + n4 + n8, n16, 1.0, 1.0, 0, True, True,
-            False, False, 0, 2, 6.0, 0.0, BLOCK, BN16, False, False, 15, 0, False, True, False, True, PIPE16,
-            NUM_STAGES, PAIR=PAIR16)
+            False, False, 0, 2, 6.0, 0.0, BLOCK, BLOCK, False, False, 15, 0, False, True, False, True, False,
+            NUM_STAGES)
     # prefix keys: dense 16 bit for every video query, outside the budget (ragged last tile masked)
     if N_PRE > 0:
         q = tl.load(Q16 + base + rows)

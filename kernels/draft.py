@@ -20,39 +20,34 @@ import os
 
 import torch
 
+from lowbit_video.draft.alloc import head_quotas
+from lowbit_video.draft.layout import pack_layout
+from lowbit_video.draft.scores import draft_scores
+
 from ._core import draft_fwd
 from .draft_prepass import draft_prepass
 from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
-from .launch import with_overrides
-
-# tuning defaults, measured on the H200 at wan-720p (results/kernels-h200.md, draft section); `config=` overrides
-DRAFT_DEFAULTS = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4, "PIPE4": False,
-                  "PIPE8": False, "PIPE16": False, "PAIR16": False}
-DRAFT_CONFIG_KEYS = {k: type(v) for k, v in DRAFT_DEFAULTS.items()}
+from .dispatch import attention_spec, draft_config
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
 
 
 def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
     """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors."""
-    from lowbit_video.attention.draft_alloc import head_quotas
-    from lowbit_video.attention.draft_map import draft_scores
-
     scores = draft_scores(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
                           maxpool_weight=spec.maxpool_weight)
     return allocate_by_boundaries(scores, head_quotas(regions, spec))
 
 
-__all__ = ["DRAFT_CONFIG_KEYS", "DRAFT_DEFAULTS", "DraftPlan", "draft_attention", "plan_from_codes", "route",
-           "split_draft"]
+__all__ = ["DraftPlan", "draft_attention", "plan_from_codes", "route", "split_draft"]
 
 
 def _draft_spec(recipe):
-    from lowbit_video.recipes import AttentionSpec, DraftSpec, load_recipe
+    from lowbit_video.recipes import DraftSpec
 
     if isinstance(recipe, DraftSpec):
         return recipe
-    spec = recipe if isinstance(recipe, AttentionSpec) else load_recipe(recipe).attention
+    spec = attention_spec(recipe)
     if spec.kind != "draft":
         raise ValueError(f"draft_attention runs kind = 'draft' recipes, got {spec.kind!r}")
     return spec.draft
@@ -77,8 +72,6 @@ def _check(q, k, v, layout, geometry, spec):
 def _layout_on(geometry, block: int, device: torch.device):
     """The packed layout and its index tensors on `device`, built once per (geometry, block, device): a DiT
     calls attention with one geometry in every block and step."""
-    from lowbit_video.attention.draft_layout import pack_layout
-
     lay = pack_layout(geometry, block)
     valid = (lay.gather >= 0).to(device=device, dtype=torch.int8)
     return lay, lay.gather.to(device), valid, lay.inverse.to(device)
@@ -95,10 +88,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     D = q.shape[-1]
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cfg = with_overrides(DRAFT_DEFAULTS, config, DRAFT_CONFIG_KEYS, "draft kernel config")
-    if cfg["PAIR16"] and cfg["PIPE16"] and D > 64:
-        # compiled for sm_90 with Triton 3.6: 245912 B of shared memory at head_dim 128 > the H200's 232448
-        raise ValueError("draft kernel config PAIR16 with PIPE16 fits in shared memory at head_dim 64 only")
+    cfg = draft_config(config, D)
     dev = q.device
     box: dict = {}
 
@@ -126,8 +116,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
             pre["vs8"], pre["q4"], pre["k4"], pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pk, pv, o,
             R, S, plan.idx.shape[-1], P, sm_scale * 1.4426950408889634, P_FP8_SCALE,
             HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
-            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED, PIPE4=cfg["PIPE4"],
-            PIPE8=cfg["PIPE8"], PIPE16=cfg["PIPE16"], PAIR16=cfg["PAIR16"])
+            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED)
         video = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
         if P:
             qb = bhnd(q)

@@ -1,6 +1,6 @@
 """DraftAttention2's routing on the GPU: the engine's decisions, computed without a global sort.
 
-- `allocate_by_boundaries(scores, quotas)` equals `lowbit_video.attention.draft_alloc.allocate` (one stable
+- `allocate_by_boundaries(scores, quotas)` equals `lowbit_video.draft.alloc.allocate` (one stable
   descending ranking per head, quotas handed out 16 → 8 → 4 → skip) exactly: after one sort per head, a
   pair's code follows from comparing its score with the score at each quota boundary; when a tie straddles
   a boundary the engine's own `allocate` runs (tests/test_kernels_draft.py checks equality with many ties).
@@ -19,17 +19,17 @@ import torch
 import triton
 import triton.language as tl
 
+from lowbit_video.draft.alloc import allocate
+
 PHASE_CODES = (4, 8, 16)  # the kernel's phase order (anemoi's): NVFP4, INT8/FP8, 16-bit
 
 
 def allocate_by_boundaries(scores: torch.Tensor, quotas) -> torch.Tensor:
-    """Precision codes (..., R, R) int8, equal to draft_alloc.allocate(scores, quotas): one descending ranking
+    """Precision codes (..., R, R) int8, equal to lowbit_video.draft.alloc.allocate(scores, quotas): one descending ranking
     (topk) per head gives the score at each quota boundary, and a pair's code follows from comparing its score
     with them. That is exact unless a value is tied across a boundary (the stable order then splits equal
     scores); only then, for the whole call, the engine's own `allocate` runs instead (its scatter of the
     sorted order is what this saves)."""
-    from lowbit_video.attention.draft_alloc import allocate
-
     flat = scores.flatten(-2)
     n = flat.shape[-1]
     bounds, taken = [], 0

@@ -2,7 +2,7 @@
 the MXFP4 family folded into E4M3 (MODE 1: mxattention, its ablations, mxfp4-ocp, mxfp4-tfs). Two consumer
 warpgroups, one TMA loader warp.
 
-Why a second kernel beside `_core.attn_fwd` (results/kernels-h200.md, "Session 6"): Triton 3.6 waits for every
+Why a second kernel beside `_core.attn_fwd` (results/kernels-h200.md): Triton 3.6 waits for every
 wgmma group right after issuing it, so inside a warpgroup QKᵀ, the softmax and P̃·V run one after another. ptxas
 keeps that serial order inside a warpgroup in Gluon too, but two warpgroups with their own 64 query rows, sharing
 the K/Vᵀ stages a loader warp fills by TMA, run out of phase: one's softmax runs while the other's MMAs do. The
@@ -14,25 +14,24 @@ in the operand's key order). Each key tile's FP8 P̂·V̂ product goes into a ze
 rescaled accumulator (the per-tile promotion).
 - MODE 2 (prepass.sage_prepass): INT8 Q, K with fp32 per-token scales, Vᵀ E4M3 with per-channel scales; exact
   INT8 QKᵀ (int32) → fp32 · k scale, P̃·2^P_SHIFT = exp2(·) cast to E4M3 (RNE).
-- MODE 3 (prepass.int4_prepass; the INT4 recipes' default kernel on Hopper since "Session 12"): INT4 codes of Q,
+- MODE 3 (prepass.int4_prepass; the INT4 recipes' default kernel on Hopper): INT4 codes of Q,
   K (per-token scales) as E4M3 (QK_FP8: an exact FP8 QKᵀ with fp32 output) or int8, Vᵀ's (per-channel) in int8
   (an exact INT8 P̂·V̂); the ΔS table row of the program's q group comes by TMA with each K tile; P̃ codes
   RNE(PLEV·2^(qk − tile row max)) as `_core._tile_update`; Õ and ℓ kept in units of the last tile's P̃ scale, so
   the int32 product joins Õ by one FMA; a rotated V (ROTV) is undone after the kernel by `unrotate` (the Triton
-  kernel does it in its epilogue). Offline: 758 instructions per 64×128 tile and warpgroup with the defaults
-  ("Session 12"; 884 in session 11), no spills (Triton's MODE 3 key loop: 959 for the same 64 scores per thread).
+  kernel does it in its epilogue). Offline (Triton 3.6, sm_90): 758 instructions per 64×128 tile and warpgroup with
+  the defaults (884 before QK_FP8 and the one-FMA update), no spills (Triton's MODE 3 key loop: 959 for the same 64
+  scores per thread).
 - MODE 1 (prepass.mx_rows / mx_cols): Q, K E2M1·2^(e_b − R) in E4M3 with one exponent R per 128-token tile, Vᵀ
   folded per channel; P̃·2^8 quantized in-kernel per 32 keys with the recipe's scale rule (`_core.mx_exponent`,
   `_core.e2m1_round_bits`: exact), PNQ or direct placement, P̃ blocks E4M3 cannot hold counted into BAD.
 
 Launch: the default of `attention(...)` (config GLUON) for those recipes on sm_90 without a key padding mask, with
 promote=True, head_dim 64/128, and 8-bit operands (an MXFP4 pre-pass that falls back to bf16 operands for
-exactness runs the Triton kernel). Measured against the Triton kernel in the same run (results/kernels-h200.md,
-"Session 8"): mxattention 1.04× / 1.10× cuDNN at wan-480p / 720p (Triton 0.94× / 0.98×), sage2-int8 1.24× / 1.29×
+exactness runs the Triton kernel). Measured against the Triton kernel in the same run (results/kernels-h200.md):
+mxattention 1.04× / 1.10× cuDNN at wan-480p / 720p (Triton 0.94× / 0.98×), sage2-int8 1.24× / 1.29×
 (Triton 1.11× / 1.14×).
 """
-
-import functools
 
 import triton
 from triton.experimental import gluon
@@ -120,13 +119,12 @@ class Consts:
     PNQ: gl.constexpr
     DEFER: gl.constexpr
     EARLY: gl.constexpr
-    PINGPONG: gl.constexpr
     PLEV: gl.constexpr
     SMQ: gl.constexpr
     WORK_LOOP: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -135,7 +133,6 @@ class Consts:
         self.PNQ = gl.constexpr(PNQ)
         self.DEFER = gl.constexpr(DEFER)
         self.EARLY = gl.constexpr(EARLY)
-        self.PINGPONG = gl.constexpr(PINGPONG)
         self.PLEV = gl.constexpr(PLEV)
         self.SMQ = gl.constexpr(SMQ)
         self.WORK_LOOP = gl.constexpr(WORK_LOOP)
@@ -149,7 +146,7 @@ def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s
     _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
               svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, consts.WG,
               consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ, consts.DEFER, consts.EARLY,
-              consts.PINGPONG, consts.PLEV, consts.SMQ, consts.WORK_LOOP)
+              consts.PLEV, consts.SMQ, consts.WORK_LOOP)
 
 
 @gluon.jit
@@ -286,15 +283,13 @@ def _as_operand(p8, p_layout: gl.constexpr):
 
 @gluon.jit
 def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s, ds_s, KS,
-          offs_n0, n_kv, n_tiles, P_SHIFT, ds_scale, zero_s, zero_o, turn_me, turn_other, p_layout: gl.constexpr,
+          offs_n0, n_kv, n_tiles, P_SHIFT, ds_scale, zero_s, zero_o, p_layout: gl.constexpr,
           col_s: gl.constexpr, row_o: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr, MODE: gl.constexpr,
           RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr,
-          EARLY: gl.constexpr, PINGPONG: gl.constexpr, WG: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr):
+          EARLY: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr):
     """Key tile j of one consumer: softmax of its logits s_cur, then QKᵀ(j+1) (if NEXT: not for the last tile)
     and P̃·V(j) issued, one wait. EARLY: QKᵀ(j+1) issued before the softmax instead, so that it runs during it
-    (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax). PINGPONG:
-    the two consumers take turns to issue their MMAs (turn_me / turn_other, one arrival each), so that one's MMAs
-    run while the other computes its softmax (FlashAttention-3's ping-pong), rather than whenever they happen to.
+    (FlashAttention-3's intra-warpgroup overlap; one more 64×BN accumulator live during the softmax).
     MODE 3 keeps Õ and ℓ in units of its last tile's P̃ scale (t_i: that tile's reference exponent, see below)."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
@@ -377,16 +372,11 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         mbarrier.arrive(empty.index((r + STAGES - 1) % STAGES), pred=r > 0)
     # NEXT is a constexpr rather than a predicate on the wait: a predicated mbarrier wait costs a warpgroup
     # bar.sync per tile (offline PTX)
-    if PINGPONG:
-        # this consumer's j-th turn; consumer 0's first passes at once (the parity before phase 0)
-        mbarrier.wait(turn_me, (r & 1) ^ (1 - WG))
     if NEXT and not EARLY:
         mbarrier.wait(kready.index(nx), ((r + 1) // STAGES) & 1)
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (r // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn_other)  # the other consumer's turn
     if NEXT:
         s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
     else:
@@ -421,15 +411,15 @@ def _acc_layout(N):
 @gluon.jit
 def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD,
                sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, zero_s,
-               zero_o, offs_n0, offs_d, turn_me, turn_other, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
+               zero_o, offs_n0, offs_d, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
                FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-               PINGPONG: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
+               PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
     """Work tile w (query tile w % n_m of b·h w // n_m), the program's i-th: this warpgroup's 64 rows against
     every key tile, then its output. The ring's count starts at i·n_tiles. WORK_LOOP: more may follow, so the
     next one's Q load is issued before the epilogue."""
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
-    NWG: gl.constexpr = qbar.shape[0] // 2
+    NWG: gl.constexpr = qbar.shape[0]
     s_layout: gl.constexpr = _acc_layout(BN)
     o_layout: gl.constexpr = _acc_layout(D)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
@@ -469,13 +459,12 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     for j in range(n_tiles - 1):
         s_cur, acc, m_i, l_i, t_i, n_bad, ks_next = _tile(
             j, g0 + j, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready, vready, empty, ks_s,
-            ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me, turn_other, p_layout,
-            col_s, row_o, False, True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG, PLEV, SMQ)
+            ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, p_layout,
+            col_s, row_o, False, True, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ)
     s_cur, acc, m_i, l_i, t_i, n_bad, ks_next = _tile(
         n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
-        vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o, turn_me,
-        turn_other, p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, WG,
-        PLEV, SMQ)
+        vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o,
+        p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ)
     if WORK_LOOP:
         # Q's buffer is free (this tile's QKᵀ are all waited for): the next work tile's Q, under the epilogue
         wn = w + nprog
@@ -501,14 +490,13 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
 def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
               svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, WG: gl.constexpr,
               MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
-              DEFER: gl.constexpr, EARLY: gl.constexpr, PINGPONG: gl.constexpr, PLEV: gl.constexpr,
-              SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
+              DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr,
+              WORK_LOOP: gl.constexpr):
     """One consumer warpgroup: work tile w = program, or with WORK_LOOP w = program, program + programs, ...
     (w -> query tile w % n_m of b·h w // n_m), each by `_work_tile`: this warpgroup's 64 rows against every key
     tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued together, then one wait (the order ptxas
-    keeps; the overlap is with the other warpgroup). A persistent grid (fewer programs than work tiles) keeps the
-    K/Vᵀ ring running across work tiles: the loader fills the next tile's first stages and this warpgroup's next Q
-    arrives while it writes the current tile's output."""
+    keeps; the overlap is with the other warpgroup). The K/Vᵀ ring runs on across a program's work tiles, and this
+    warpgroup's next Q arrives while it writes the current tile's output."""
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
     s_layout: gl.constexpr = _acc_layout(BN)
@@ -528,9 +516,6 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
         zero_o = gl.zeros([64, D], gl.float32, o_layout)
     offs_n0 = gl.arange(0, BN, col_s)
     offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
-    # the consumers' turn barriers follow their Q barriers (PINGPONG, two consumers)
-    turn_me = qbar.index(NWG + WG)
-    turn_other = qbar.index(NWG + 1 - WG)
     qw = q_s.index(WG)
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -541,16 +526,15 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
         for w in range(pid, n_work, nprog):
             _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS,
                        O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
-                       P_SHIFT, zero_s, zero_o, offs_n0, offs_d, turn_me, turn_other, WG, MODE, RULE, FLQ, QMAX, PNQ,
-                       DEFER, EARLY, PINGPONG, PLEV, SMQ, True)
+                       P_SHIFT, zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV,
+                       SMQ, True)
             i += 1
     else:
         # one work tile per program, no loop around it: measured faster for the direct-placement MXFP4 kernels
-        # ("Session 11"; the loop for sage2-int8 and the PNQ ones)
+        # (the loop for sage2-int8 and the PNQ ones)
         _work_tile(pid, 0, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O,
                    BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
-                   zero_s, zero_o, offs_n0, offs_d, turn_me, turn_other, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY,
-                   PINGPONG, PLEV, SMQ, False)
+                   zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, False)
 
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
@@ -559,12 +543,12 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
 def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n,
                 H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
                 MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
-                NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-                PINGPONG: gl.constexpr, PLEV: gl.constexpr = 15.0, SMQ: gl.constexpr = 0,
+                NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
+                SMQ: gl.constexpr = 0,
                 WORK_LOOP: gl.constexpr = False, num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
-    w // cdiv(n_q, 128)) go round-robin to the programs: one each, or with WORK_LOOP (the programs loop over their
-    work tiles) several when the grid is smaller (a persistent grid, PERSIST).
+    w // cdiv(n_q, 128)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work tiles,
+    w = program, program + programs, ...).
     q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -578,11 +562,11 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     q_s = gl.allocate_shared_memory(q_desc.dtype, [NWG, 64, D], q_desc.layout)
     k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(v_desc.dtype, [STAGES, D, BN], v_desc.layout)
-    qbar = gl.allocate_shared_memory(gl.int64, [2 * NWG, 1], mbarrier.MBarrierLayout())  # Q, then turns
+    qbar = gl.allocate_shared_memory(gl.int64, [NWG, 1], mbarrier.MBarrierLayout())  # one Q barrier per consumer
     kready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     vready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2 * NWG):
+    for i in gl.static_range(NWG):
         mbarrier.init(qbar.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kready.index(i), count=1)
@@ -605,15 +589,15 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
              ds_rows_bh, n_tiles, WORK_LOOP)
     if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
                             (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
-        # (the default partition keeps the launch's count: it spills, results/kernels-h200.md "Session 7")
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PINGPONG, PLEV, SMQ, WORK_LOOP),)),
+        # (the default partition keeps the launch's count: it spills)
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
@@ -636,14 +620,13 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
-           early: bool = False, pingpong: bool = False, work_loop: bool = False, persist: bool = False):
+           early: bool = False, work_loop: bool = False):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
     out = that · H / sqrt(D) by `unrotate.unrotate` (the Triton kernel does it in its epilogue). work_loop: the
-    programs loop over their work tiles (one each unless persist) rather than run one without a loop; persist
-    (implies work_loop): one program per SM walking the work tiles (the K/Vᵀ ring and the next Q load run on
-    across them). Same arithmetic per tile either way, so the same output bits; only the speed differs."""
+    programs (one per work tile) run theirs inside a loop rather than without one: same arithmetic per tile, so the
+    same output bits; only ptxas's schedule, and so the speed, differs."""
     import torch
 
     if so[3] != 1:
@@ -665,28 +648,14 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
     n_work = triton.cdiv(Nq, nwg * ROWS) * BH
-    programs = min(n_work, _sm_count(out.device)) if persist else n_work
-    attn_ws_fwd[(programs,)](
+    attn_ws_fwd[(n_work,)](
         qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, P["sqs"], P["sks"], P["svs"], *sdst[:3], H, BH, Nq,
         Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
-        NWG=nwg, DEFER=defer, EARLY=early, PINGPONG=pingpong, PLEV=float(P.get("plev", 15)), SMQ=smq,
-        WORK_LOOP=work_loop or persist, num_warps=4)
+        NWG=nwg, DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
+        num_warps=4)
     if rot:
-        # a 3xTF32 pass, as the Triton kernel's epilogue (it replaces a float64 torch matmul: "Session 12")
+        # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
         unrotate(dst, P["hv"], out, so)
     return out
 
-
-def _sm_count(device) -> int:
-    """Streaming multiprocessors of `device`."""
-    import torch
-
-    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count_of(index: int) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(index).multi_processor_count  # cached: slow next to a launch

@@ -441,7 +441,7 @@ def _token_partial(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, pid_c, pid_bh, D: t
     tl.store(OUT + (pid_c * BH + pid_bh) * D + tl.arange(0, D), acc)
 
 
-# (tokens per tile, tiles per program) of the token reductions: (128, 2) measured fastest of five ("Session 9")
+# (tokens per tile, tiles per program) of the token reductions: (128, 2) measured fastest of five
 TOKEN_REDUCE = (128, 2)
 
 
@@ -459,7 +459,7 @@ def _token_reduce(x: torch.Tensor, layout: str, absmax: bool) -> torch.Tensor:
 def token_mean64(x: torch.Tensor, layout: str) -> torch.Tensor:
     """The fp64 mean over tokens, (B·H, D) (the reference's `k.mean()` of float64 K; only the summation
     order differs): fp64 partial sums over 1024-token chunks in Triton, then their sum. torch's
-    `mean(dtype=float64)` took 1.0 / 2.3 ms at wan-480p / 720p (results/kernels-h200.md, "Session 8")."""
+    `mean(dtype=float64)` took 1.0 / 2.3 ms at wan-480p / 720p."""
     return _token_reduce(x, layout, absmax=False).sum(dim=0) / _dims(x, layout)[2]
 
 
@@ -470,8 +470,8 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 # (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass; both must
-# divide TILE (padding is to TILE). Whole pre-pass, "Session 9" call 4 (its V pass decoded through fp8, since
-# replaced): 16 or 32 rows with 16 or 32 tokens within 1.5 % of each other; 8-row tiles 12-15 %, 8-warp 48 % slower
+# divide TILE (padding is to TILE). Whole pre-pass, measured on the H200 (its V pass then decoded through fp8,
+# since replaced): 16 or 32 rows with 16 or 32 tokens within 1.5 % of each other; 8-row tiles 12-15 %, 8-warp 48 % slower
 SAGE_ROWS = (16, 4)
 SAGE_V_TOKENS = (16, 4)
 
@@ -546,7 +546,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
         num_warps=warps)
     _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
     # K's and V's codes in two launches: one launch with both (programs split by id) measured 1 % slower at
-    # wan-720p and the same at 480p (results/kernels-h200.md, "Session 11")
+    # wan-720p and the same at 480p
     _int8_rows_kernel[(pad_k // rows, BH)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k, D=D, ROWS=rows,
                                            SUB_MEAN=True, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
     _v_fp8_kernel[(pad_k // tb, BH)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
@@ -748,7 +748,7 @@ def delta_s_table(qm: torch.Tensor, kf: torch.Tensor) -> torch.Tensor:
     n_pad = kf.shape[1]
     out = torch.empty((bh, G, n_pad), device=qm.device, dtype=torch.float32)
     # 64 keys × 64 q groups per MMA, 4 warps, 2 stages: the fastest of 32 tilings at wan-720p (6.1 ms; 10.65 with
-    # 128 keys and 8 warps; the same bits), results/delta-s-sweep-h200-session10-call9.json
+    # 128 keys and 8 warps; the same bits)
     _delta_s_kernel[(n_pad // 64, bh)](qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=64, GB=64,
                                        num_warps=4, num_stages=2)
     return out

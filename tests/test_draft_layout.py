@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lowbit_video.attention.draft_layout import VideoGeometry, frame_path, frame_regions, pack_layout
+from lowbit_video.draft.layout import VideoGeometry, frame_path, frame_regions, pack_layout
 
 
 def cells(region, width):

@@ -13,9 +13,9 @@ import torch
 
 from lowbit_video.attention import attend
 from lowbit_video.attention.draft import VideoGeometry
-from lowbit_video.attention.draft_alloc import allocate, head_quotas, largest_remainder
-from lowbit_video.attention.draft_layout import pack_layout
-from lowbit_video.attention.draft_map import draft_map, pool_regions
+from lowbit_video.draft.alloc import allocate, head_quotas, largest_remainder
+from lowbit_video.draft.layout import pack_layout
+from lowbit_video.draft.scores import draft_map, pool_regions
 from lowbit_video.recipes import DraftSpec, recipe_from_dict
 
 RANK = {16: 3, 8: 2, 4: 1, 0: 0}

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 FLOOR = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}  # 2u of the dtype (module docstring)
 RATIO = 0.05
 
-from test_kernels_attention import HAS_TRITON, interpreter_kernels, needs_cuda, run_interpreted  # noqa: E402  (shared)
+from kernel_helpers import HAS_TRITON, interpreter_kernels, needs_cuda, run_interpreted  # noqa: E402  (shared)
 
 
 def rel_l2(a, b) -> float:
@@ -71,8 +71,8 @@ def make_qkv(geo, b, h, d, *, dtype, device="cpu", seed=0, outliers=False, ties=
 def check_prepass(device, dtype, d=64, ties=False):
     """Pre-pass operands and pooled descriptors vs the engine's `prepare_operands` / `pool_regions`."""
     from lowbit_video.attention.draft_exec import _int8_per_block, _nvfp4_per_head, prepare_operands
-    from lowbit_video.attention.draft_layout import VideoGeometry, pack_layout
-    from lowbit_video.attention.draft_map import pool_regions
+    from lowbit_video.draft.layout import VideoGeometry, pack_layout
+    from lowbit_video.draft.scores import pool_regions
     from lowbit_video.kernels.draft_prepass import draft_prepass
 
     geo = VideoGeometry(2, 7, 11, prefix=3)
@@ -114,9 +114,8 @@ def _engine_packed(q, k, v, codes, lay, P, scale):
 def check_phases(device, dtype, d=64, b=1, h=2, frames=2, height=8, width=10, prefix=5, layout="BHND", config=None,
                  maps=("16", "8", "4", "mix")):
     """Per forced code map (all 16 / all 8 / all 4 / random mix incl. skips): [kernel vs engine, the
-    phase's own error (engine at that precision vs engine at 16 bit, same support)]. `config`: kernel tuning
-    (e.g. PAIR16, whose two-block tiles move only where the 16-bit phase's running maximum is updated)."""
-    from lowbit_video.attention.draft_layout import VideoGeometry, pack_layout
+    phase's own error (engine at that precision vs engine at 16 bit, same support)]. `config`: kernel settings."""
+    from lowbit_video.draft.layout import VideoGeometry, pack_layout
     from lowbit_video.kernels.draft import draft_attention
 
     geo = VideoGeometry(frames, height, width, prefix=prefix)
@@ -146,7 +145,7 @@ def check_phases(device, dtype, d=64, b=1, h=2, frames=2, height=8, width=10, pr
 def check_routing(device, dtype, d=64):
     """The kernel path's own routing (draftattention2) equals the engine's, and so does the output."""
     from lowbit_video.attention.draft import draft_attention as engine
-    from lowbit_video.attention.draft_layout import VideoGeometry
+    from lowbit_video.draft.layout import VideoGeometry
     from lowbit_video.kernels.draft import draft_attention
     from lowbit_video.recipes import load_recipe
 
@@ -175,11 +174,7 @@ _SCRIPT = textwrap.dedent(
            "prepass_ties4": t.check_prepass("cpu", torch.bfloat16, ties="nvfp4"),
            "phases": t.check_phases("cpu", torch.float16),
            "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
-           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"),
-           "pipe": t.check_pipe("cpu", torch.float16),
-           "pair16": t.check_phases("cpu", torch.float16, config={{"PAIR16": True}}, maps=("16", "mix")),
-           "pair16_pipe": t.check_phases("cpu", torch.float16, d=64, h=1, width=9, layout="BNHD",
-                                         config={{"PAIR16": True, "PIPE16": True}}, maps=("mix",))}}
+           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu")}}
     print(json.dumps(res))
     """
 )
@@ -197,26 +192,6 @@ def test_draft_kernel_under_triton_interpreter_on_cpu():
     assert res["routing"]["diff"] <= FLOOR[torch.float16], res["routing"]
     assert res["routing"]["empty_rows_zero"]
     assert res["plan"] == 0
-    assert res["pipe"]["equal"], res["pipe"]
-    assert_phases(res["pair16"], torch.float16)
-    assert_phases(res["pair16_pipe"], torch.float16)
-
-
-def check_pipe(device, dtype) -> dict:
-    """Each phase's software-pipelined loop (PIPE4/8/16) against the plain one on a mixed code map: the same
-    tiles in the same order, so the outputs are equal."""
-    from lowbit_video.attention.draft_layout import VideoGeometry, pack_layout
-    from lowbit_video.kernels.draft import draft_attention
-
-    geo = VideoGeometry(3, 8, 10, prefix=5)
-    q, k, v = make_qkv(geo, 1, 2, 64, dtype=dtype, device=device, outliers=True, seed=3)
-    R = pack_layout(geo, 64).regions
-    g = torch.Generator().manual_seed(4)
-    codes = torch.tensor([0, 4, 8, 16])[torch.randint(0, 4, (1, 2, R, R), generator=g)].to(device)
-    a = draft_attention(q, k, v, "draftattention2", geo, codes=codes)
-    b = draft_attention(q, k, v, "draftattention2", geo, codes=codes,
-                        config={"PIPE4": True, "PIPE8": True, "PIPE16": True})
-    return {"equal": bool(torch.equal(a, b)), "maxdiff": (a.float() - b.float()).abs().max().item()}
 
 
 def check_plan(device) -> int:
@@ -250,7 +225,7 @@ def test_allocation_by_boundaries_equals_engine_allocation():
     """Boundary scores after one sort (the engine's allocate when a tie straddles a boundary) == the engine's
     stable argsort, on scores with and without exact ties, for the recipes' quotas, empty and full quotas."""
     pytest.importorskip("triton")
-    from lowbit_video.attention.draft_alloc import allocate, head_quotas
+    from lowbit_video.draft.alloc import allocate, head_quotas
     from lowbit_video.kernels.draft_route import allocate_by_boundaries
     from lowbit_video.recipes import DraftSpec, load_recipe
 
@@ -288,19 +263,6 @@ def test_draft_prepass_bit_exact_on_gpu(dtype):
 def test_draft_kernel_matches_engine_on_gpu(dtype, layout, d):
     res = check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout)
     assert_phases(res, dtype)
-    for config in [{"PAIR16": True}] + ([{"PAIR16": True, "PIPE16": True}] if d == 64 else []):
-        res = check_phases("cuda", dtype, d=d, b=2, h=3, frames=3, height=16, width=12, prefix=7, layout=layout,
-                           config=config, maps=("16", "mix"))
-        assert_phases(res, dtype)
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_draft_pipelined_phases_match_plain_on_gpu():
-    """PIPE4/8/16 against the plain loops on the GPU. Equal tile order, so the only room is the compiler's
-    schedule of the NVFP4 phase's fp16 MMA (one bf16 ulp seen on attn_fwd): the output's rounding, 2u."""
-    res = check_pipe("cuda", torch.bfloat16)
-    assert res["equal"] or res["maxdiff"] <= FLOOR[torch.bfloat16], res
 
 
 @pytest.mark.gpu
@@ -315,7 +277,7 @@ def test_draft_routing_matches_engine_on_gpu():
 @needs_cuda
 def test_attend_dispatches_draft_to_kernel_on_cuda():
     from lowbit_video.attention import attend
-    from lowbit_video.attention.draft_layout import VideoGeometry
+    from lowbit_video.draft.layout import VideoGeometry
     from lowbit_video.kernels.draft import draft_attention
 
     geo = VideoGeometry(2, 8, 12, prefix=4)

@@ -2,7 +2,7 @@
 where a kernel supports the recipe and device, the fast kernels."""
 
 from .api import attend
-from .draft_layout import VideoGeometry
+from ..draft.layout import VideoGeometry
 from .reference import AttentionDiagnostics, exact_attention, reference_attention
 
 __all__ = ["attend", "VideoGeometry", "AttentionDiagnostics", "exact_attention", "reference_attention"]

@@ -1,6 +1,14 @@
 """`attend(q, k, v, recipe, layout=...)`: the one call every model integration makes.
 
-No global state: the recipe (a name, a path, or a loaded Recipe) and the backend are arguments.
+No global state: the recipe (a name, a path, or a loaded Recipe) and the backend are arguments. Which kernel or
+engine runs a recipe is the kernel dispatch table's answer (lowbit_video/kernels/dispatch.py); a recipe named by a
+string is read once per process there.
+
+NaN/Inf inputs: `attend` raises NonFiniteInputError (one line) wherever the check costs no host synchronisation
+of its own: for CPU tensors, and wherever the reference or draft engine runs (they read results back on the host
+anyway). The CUDA fast paths (the kernels, torch SDPA) do not check: a check there would be a full pass over Q, K
+and V and a host sync on every call. Callers that take tensors from users on CUDA call `check_finite` once
+(the CLI's diagnostics run the engine, which checks).
 """
 
 from __future__ import annotations
@@ -11,8 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import NonFiniteInputError, ShapeError
-from ..recipes import Recipe, load_recipe
-from .draft_layout import VideoGeometry
+from ..kernels import dispatch
+from ..recipes import Recipe
+from ..draft.layout import VideoGeometry
 from .reference import AttentionDiagnostics, reference_attention
 
 Layout = Literal["BHND", "BNHD"]
@@ -41,10 +50,11 @@ def attend(
         scale: softmax scale; default 1/sqrt(D).
         backend: "auto" runs the unquantized recipe through torch SDPA in the input dtype, a
             quantized or draft recipe through the Triton kernels (lowbit_video.kernels) when the
-            tensors are on CUDA and the kernels support the recipe (MXFP4 family, sage2-int8, INT4,
-            NVFP4; draft recipes with fp16/bf16 tensors and 64-token blocks; not with
-            return_diagnostics / return_lse), and otherwise through the exact reference engine;
-            "reference" forces the engine (float64, the oracle kernels are tested against).
+            tensors are on CUDA and the dispatch table has a kernel for the recipe (MXFP4 family,
+            sage2-int8, INT4, NVFP4; draft recipes with fp16/bf16 tensors and 64-token blocks; not
+            with return_diagnostics / return_lse), and otherwise through the exact engine (the
+            reference engine, or the draft engine for draft recipes); "reference" forces the engine
+            (float64, the oracle kernels are tested against).
         return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
             implies the reference engine.
         rope_segments: the model's 3D-RoPE t/h/w channel split (e.g. Wan at head_dim 128: 44, 42,
@@ -60,44 +70,36 @@ def attend(
 
     Returns the output in q's layout and dtype; with return_diagnostics, (out, diagnostics); with
     return_lse, (out, lse); with both, (out, diagnostics, lse).
+    NaN/Inf inputs raise NonFiniteInputError on CPU and in the engines, not on the CUDA fast paths (module docstring).
     """
-    spec = load_recipe(recipe).attention
+    spec = dispatch.attention_spec(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ShapeError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     _check_inputs(q, k, v, layout)
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     _check_recipe_fits(spec, q.shape[-1])
-    if return_lse and spec.kind == "draft":
-        raise ShapeError("return_lse is not available for draft recipes (block-sparse attention)")
+    row = dispatch.variant_of(spec)
+    if return_lse and row.no_lse:
+        raise ShapeError(f"return_lse is not available for {row.name} recipes ({row.no_lse})")
     lse = None
+    fast = backend == "auto" and not return_diagnostics
 
-    if spec.kind == "draft" and (backend == "auto" and not return_diagnostics and geometry is not None
-                                 and q.shape[-2] == geometry.tokens == k.shape[-2]
-                                 and q.dtype in (torch.float16, torch.bfloat16) and _kernel_supports(spec, q)):
-        from ..kernels.draft import draft_attention as kernel_draft  # Triton block-sparse path
-
-        out, diag = kernel_draft(q, k, v, spec, geometry, layout="BHND", scale=scale), None
-    elif spec.kind == "draft":
-        from .draft import draft_attention
-
-        out, diag = draft_attention(q, k, v, spec.draft, geometry, scale=scale)
-        out = out.to(q.dtype)
-    elif (backend == "auto" and spec.quantized and not return_diagnostics and not return_lse
-          and _kernel_supports(spec, q)):
-        from ..kernels import attention as kernel_attention  # Triton fast path (kernels/)
-
-        out, diag = kernel_attention(q, k, v, spec, layout="BHND", scale=scale, rope_segments=rope_segments), None
-    elif spec.quantized or backend == "reference" or return_diagnostics:
-        out, diag = reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments,
-                                        measure_errors=return_diagnostics)
-        out = out.to(q.dtype)
-        if return_lse:
-            lse = diag.lse.to(torch.float32)
-    else:
+    if fast and not return_lse and dispatch.kernel_runs(spec, q, k, geometry):
+        out, diag = dispatch.run_kernel(spec, q, k, v, scale=scale, rope_segments=rope_segments, geometry=geometry), None
+    elif fast and row.exact:
+        if not q.is_cuda:
+            check_finite(q, k, v)
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None
         if return_lse:
             lse = dense_lse(q, k, scale=scale)
+    else:
+        check_finite(q, k, v)
+        out, diag = _ENGINES[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
+                                         measure_errors=return_diagnostics)
+        out = out.to(q.dtype)
+        if return_lse:
+            lse = diag.lse.to(torch.float32)
 
     if layout == "BNHD":
         out = out.transpose(1, 2)
@@ -141,9 +143,28 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
         raise ShapeError(f"k and v token counts differ: {k.shape[tok]} vs {v.shape[tok]}")
     if k.shape[tok] == 0:
         raise ShapeError("k and v have no tokens")
+
+
+def check_finite(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """NonFiniteInputError (one line) when q, k or v holds a NaN or Inf. One pass over each tensor and, on CUDA, one
+    host synchronisation: `attend` runs it only where it costs no sync of its own (module docstring)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not bool(torch.isfinite(t).all()):
             raise NonFiniteInputError(f"attention input {name} contains NaN or Inf")
+
+
+def _reference_engine(q, k, v, spec, *, scale, rope_segments, geometry, measure_errors):
+    return reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments, measure_errors=measure_errors)
+
+
+def _draft_engine(q, k, v, spec, *, scale, rope_segments, geometry, measure_errors):
+    from .draft import draft_attention
+
+    return draft_attention(q, k, v, spec.draft, geometry, scale=scale)
+
+
+# the exact engines, by the dispatch table's `engine` field
+_ENGINES = {"reference": _reference_engine, "draft": _draft_engine}
 
 
 def _check_recipe_fits(spec, head_dim: int) -> None:
@@ -151,13 +172,3 @@ def _check_recipe_fits(spec, head_dim: int) -> None:
     if head_dim % need:
         raise ShapeError(f"head_dim {head_dim} is not a multiple of {need}, the block size this recipe quantizes Q/K with")
 
-
-def _kernel_supports(spec, q: torch.Tensor) -> bool:
-    """Whether the Triton kernel family (lowbit_video.kernels) runs `spec` for q's device and head_dim."""
-    if not q.is_cuda:
-        return False
-    try:
-        from ..kernels import supports
-    except ImportError:
-        return False
-    return supports(spec, q.device, q.shape[-1])[0]

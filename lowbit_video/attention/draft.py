@@ -2,10 +2,10 @@
 
 One call, `draft_attention`, in four steps, each its own module:
 
-1. packing (`draft_layout`): each frame's video tokens -> connected regions -> contiguous blocks of
+1. packing (`lowbit_video.draft.layout`): each frame's video tokens -> connected regions -> contiguous blocks of
    B = 64 or 128 slots, with the inverse map; prefix (text) tokens stay outside.
-2. draft (`draft_map`): mean- and max-pooled Q/K per region -> a region-pair attention map per head.
-3. allocation (`draft_alloc`): per-head quotas of 16-bit / 8-bit / 4-bit / skipped pairs from the
+2. draft (`lowbit_video.draft.scores`): mean- and max-pooled Q/K per region -> a region-pair attention map per head.
+3. allocation (`lowbit_video.draft.alloc`): per-head quotas of 16-bit / 8-bit / 4-bit / skipped pairs from the
    recipe's budget (largest remainder), handed out down one ranking of the draft scores.
 4. execution (`draft_exec`): NVFP4, INT8/FP8 and 16-bit phases over one online-softmax state,
    normalised once; prefix keys and prefix queries are dense 16 bit.
@@ -24,10 +24,10 @@ import torch
 
 from ..errors import ShapeError
 from ..recipes import DraftSpec
-from .draft_alloc import CODES, SKIP, allocate, budget_fractions, head_quotas
+from ..draft.alloc import CODES, SKIP, allocate, budget_fractions, head_quotas
 from .draft_exec import NVFP4_BLOCK, empty_query_regions, run_phases
-from .draft_layout import PackedLayout, VideoGeometry, pack_layout
-from .draft_map import draft_map
+from ..draft.layout import PackedLayout, VideoGeometry, pack_layout
+from ..draft.scores import draft_map
 from .reference import AttentionDiagnostics
 
 __all__ = ["DraftDiagnostics", "DraftRoute", "VideoGeometry", "draft_attention"]

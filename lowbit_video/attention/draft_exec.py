@@ -36,8 +36,8 @@ from typing import Callable
 import torch
 
 from ..formats import fp8, intq, nvfp4
-from .draft_alloc import SKIP
-from .draft_layout import PackedLayout
+from ..draft.alloc import SKIP
+from ..draft.layout import PackedLayout
 
 PHASES = (4, 8, 16)  # execution order of the precision phases
 P_FP8_SCALE = 1.0 / 448.0

@@ -22,14 +22,9 @@ from dataclasses import replace
 import torch
 
 from ..diagnostics.synthetic import apply_rope_3d
-from .kernels import _time
+from ..kernels.dispatch import attention_spec
+from .common import GEOMETRIES, SHAPES, draft_recipes, median_ms
 
-# (frames, height, width) of the latent patch grid behind each shape of bench/kernels.SHAPES
-GEOMETRIES = {
-    "small": (8, 32, 32),
-    "wan-480p": (21, 30, 52),
-    "wan-720p": (21, 45, 80),
-}
 SWEEP_SPARSITY = (0.5, 0.7, 0.8, 0.9, 0.95)
 
 
@@ -70,7 +65,7 @@ def sampled_error(out: torch.Tensor, q, k, v, rows: torch.Tensor, scale: float) 
 
 def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, config=None, log=print) -> dict:
     """One draft spec at one shape: times, realised density and precision shares, sampled error."""
-    from ..attention.draft_layout import VideoGeometry
+    from ..draft.layout import VideoGeometry
     from ..kernels.draft import split_draft
 
     geo = VideoGeometry(*geometry)
@@ -79,16 +74,16 @@ def bench_draft_point(q, k, v, spec, geometry, *, rows, reps=3, label=None, conf
     prep()
     rte()
     kern()
-    prepass_ms = _time(prep, warmup=1, reps=reps)
-    route_ms = _time(rte, warmup=1, reps=reps)
-    kernel_ms = _time(kern, warmup=1, reps=reps)
+    prepass_ms = median_ms(prep, warmup=1, reps=reps)
+    route_ms = median_ms(rte, warmup=1, reps=reps)
+    kernel_ms = median_ms(kern, warmup=1, reps=reps)
 
     def whole():
         prep()
         rte()
         return kern()
 
-    total_ms = _time(whole, warmup=1, reps=reps)
+    total_ms = median_ms(whole, warmup=1, reps=reps)
     out = box["out"]
     plan = box["plan"]
     d = spec if not hasattr(spec, "draft") else spec.draft
@@ -115,14 +110,13 @@ def sweep_specs(base) -> dict:
     return specs
 
 
-def bench_draft(shapes=("wan-720p",), *, recipes=("draftattention2", "draftattention-sparse16"), sweep: bool = True,
-                reps: int = 3, sample: int = 256, seed: int = 0, config: dict | None = None, log=print) -> dict:
-    """Rows per shape: SDPA cuDNN bf16 baseline, each draft recipe, and (sweep) the error–latency series."""
+def bench_draft(shapes=("wan-720p",), *, recipes=None, sweep: bool = True, reps: int = 3, sample: int = 256,
+                seed: int = 0, config: dict | None = None, log=print) -> dict:
+    """Rows per shape: SDPA cuDNN bf16 baseline, each draft recipe (default every draft recipe a kernel runs), and
+    (sweep) the error–latency series around the first of them."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..recipes import load_recipe
-    from .kernels import SHAPES
-
+    recipes = draft_recipes() if recipes is None else tuple(recipes)
     info = {"rows": [], "sweep": [], "baselines": [], "config": config}
     for name in shapes:
         sh = SHAPES[name]
@@ -136,17 +130,22 @@ def bench_draft(shapes=("wan-720p",), *, recipes=("draftattention2", "draftatten
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
-        cudnn_ms = _time(cudnn, warmup=1, reps=reps)
+        cudnn_ms = median_ms(cudnn, warmup=1, reps=reps)
         err = sampled_error(cudnn(), q, k, v, rows, scale)
         info["baselines"].append({"shape": name, "backend": "sdpa-cudnn", "ms": cudnn_ms, "rel_l2": err})
         log(f"{name}: SDPA cuDNN bf16 {cudnn_ms:.2f} ms, rel_l2 {err:.5f}")
         for recipe in recipes:
-            spec = load_recipe(recipe).attention
+            spec = attention_spec(recipe)
             row = bench_draft_point(q, k, v, spec, geometry, rows=rows, reps=reps, label=recipe, config=config, log=log)
             row.update(shape=name, ratio_cudnn=cudnn_ms / row["total_ms"])
             info["rows"].append(row)
-        if sweep:
-            base = load_recipe("draftattention2").attention.draft
+        # the sweep runs around the first mixed-precision draft recipe (its 16/8/4 split at every sparsity), of
+        # those asked for, else of all
+        pool = list(recipes) + [r for r in draft_recipes() if r not in recipes]
+        base = next((d for d in (attention_spec(r).draft for r in pool) if d.int8 or d.nvfp4), None)
+        if sweep and base is None:
+            log(f"{name}: no mixed-precision draft recipe: no sweep")
+        if sweep and base is not None:
             for label, spec in sweep_specs(base).items():
                 row = bench_draft_point(q, k, v, spec, geometry, rows=rows, reps=reps, label=label, config=config, log=log)
                 row.update(shape=name, series=label.split("@")[0], ratio_cudnn=cudnn_ms / row["total_ms"])

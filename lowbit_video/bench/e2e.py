@@ -57,7 +57,7 @@ def _inputs(resolution: str, *, seed: int, device: str, dtype) -> dict:
 
 
 def _time(fn, *, warmup: int, reps: int) -> list[float]:
-    from .kernels import cuda_times
+    from .common import cuda_times
 
     return cuda_times(fn, warmup=warmup, reps=reps)
 

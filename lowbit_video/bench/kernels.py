@@ -10,73 +10,33 @@ once and its AttentionSpec passed to the calls, as the model's attention process
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass(frozen=True)
-class BenchShape:
-    name: str
-    batch: int
-    heads: int
-    tokens: int
-    head_dim: int = 128
-    note: str = ""
-
-
-SHAPES = {
-    "small": BenchShape("small", 1, 24, 8192, 128, "B=1 H=24 N=8192"),
-    "wan-480p": BenchShape("wan-480p", 1, 40, 32760, 128, "Wan2.1-14B 480p 81 frames (21x30x52 latent patches)"),
-    "wan-720p": BenchShape("wan-720p", 1, 40, 75600, 128, "Wan2.1-14B 720p 81 frames (21x45x80)"),
-    "hunyuan-720p": BenchShape("hunyuan-720p", 1, 24, 119056, 128,
-                               "HunyuanVideo 720p 129 frames (33x45x80 = 118800 video + 256 text tokens)"),
-}
-DEFAULT_RECIPES = ("mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos", "mxfp4-ocp", "mxfp4-tfs",
-                   "sage2-int8", "fp16", "rotateattention-half", "rotateattention-interleaved", "rotateattention-full",
-                   "int4-baseline", "nvfp4", "sage-nvfp4", "draftattention2", "draftattention-sparse16")
-
-
-def cuda_times(fn, *, warmup: int, reps: int) -> list[float]:
-    """Milliseconds of each of `reps` calls of `fn()` after `warmup` calls, CUDA events around each."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return times
-
-
-def _time(fn, *, warmup: int, reps: int) -> float:
-    """Median milliseconds of `fn()` over `reps` calls."""
-    return statistics.median(cuda_times(fn, warmup=warmup, reps=reps))
+from ..kernels.dispatch import SETTINGS, attention_spec, variant_of
+from .common import GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms
+from .draft import bench_draft_point, structured_qkv
 
 
 def _reps_for(flop: float) -> tuple[int, int]:
     # ~0.05 s per call at 500 TFLOP/s for wan-480p; keep each measurement to a few seconds. Medians of 3 calls
-    # at wan-720p / hunyuan-720p moved by 1-2 % between runs (results/kernels-h200.md, "Session 9"): 7 there.
+    # at wan-720p / hunyuan-720p moved by 1-2 % between runs: 7 there.
     est = flop / 5e14
     return (1, 7) if est > 0.1 else (2, 7) if est > 0.02 else (3, 10)
 
 
-def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps: int | None = None,
+def bench_kernels(shapes=("small", "wan-480p"), recipes=None, *, reps: int | None = None,
                   seed: int = 0, variants: dict | None = None, log=print) -> dict:
     """Run the benchmark; returns {"gpu", "torch", "triton", "driver", "rows": [...], "baselines": [...]}.
 
     variants: optional {label: dict(recipe=..., promote=..., exact_p=..., config=...)} extra rows
-    (e.g. ablations that leave a stage out); they appear with recipe=label."""
+    (e.g. ablations that leave a stage out); they appear with recipe=label. recipes: default every recipe a kernel
+    runs (`common.default_recipes`)."""
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..kernels.launch import split_call
-    from ..recipes import load_recipe
+    from ..kernels.launch import attention, split_call
+
+    recipes = default_recipes() if recipes is None else tuple(recipes)
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
@@ -103,7 +63,7 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
                 with sdpa_kernel([backend]):
                     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
             try:
-                ms = _time(f, warmup=warm, reps=n)
+                ms = median_ms(f, warmup=warm, reps=n)
             except Exception as exc:  # backend unavailable
                 log(f"{name} {label}: unavailable ({exc})")
                 continue
@@ -113,7 +73,7 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
         if sageattn is not None:
             try:
                 kk = k.clone()  # sageattention 1.0.6 subtracts K's mean in place
-                ms = _time(lambda: sageattn(q, kk, v, tensor_layout="HND", is_causal=False), warmup=warm, reps=n)
+                ms = median_ms(lambda: sageattn(q, kk, v, tensor_layout="HND", is_causal=False), warmup=warm, reps=n)
                 base["sageattention"] = ms
                 info["baselines"].append({"shape": name, "backend": "sageattention-1.0.6", "ms": ms,
                                           "tflops": flop / ms / 1e9})
@@ -132,13 +92,11 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
             try:
                 # the recipe is read once, as the model's attention processors do: parsing its TOML on every
                 # call would put ~0.3-0.5 ms of host work (GPU idle) into each timed call
-                spec = load_recipe(recipe).attention
+                spec = attention_spec(recipe)
                 pre, kern, st = split_call(q, k, v, spec, **kw)
-                from ..kernels.launch import attention
-
-                prepass_ms = _time(pre, warmup=1, reps=n) if st.variant != "dense" else 0.0
-                kernel_ms = _time(kern, warmup=warm, reps=n)
-                total_ms = _time(lambda: attention(q, k, v, spec, **kw), warmup=1, reps=n)
+                prepass_ms = median_ms(pre, warmup=1, reps=n) if st.variant != "dense" else 0.0
+                kernel_ms = median_ms(kern, warmup=warm, reps=n)
+                total_ms = median_ms(lambda: attention(q, k, v, spec, **kw), warmup=1, reps=n)
             except Exception as exc:
                 log(f"{name} {label}: failed ({type(exc).__name__}: {exc})")
                 continue
@@ -162,9 +120,10 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=DEFAULT_RECIPES, *, reps
 
 def parse_config(items, keys: dict | None = None) -> dict:
     """["PIPE=false", "NUM_STAGES=4"] -> {"PIPE": False, "NUM_STAGES": 4}, typed and checked against `keys`
-    ({name: type}; default the launcher's, kernels.launch.CONFIG_KEYS); ValueError with a one-line reason."""
+    ({name: type}; default the attention kernels' settings, kernels.dispatch.SETTINGS); ValueError with a
+    one-line reason."""
     if keys is None:
-        from ..kernels.launch import CONFIG_KEYS as keys
+        keys = SETTINGS
 
     out = {}
     for item in items:
@@ -191,27 +150,24 @@ def parse_config(items, keys: dict | None = None) -> dict:
 
 def config_variants(recipes, items) -> dict:
     """The extra `bench_kernels` rows one --config setting adds: {"recipe[K=V,...]": {recipe, config}} for
-    every non-draft recipe (the draft path has its own knobs)."""
+    every recipe whose kernel takes these settings (the draft kernel has its own)."""
     cfg = parse_config(items)
     if not cfg:
         return {}
     tag = ",".join(f"{k}={v}" for k, v in cfg.items())
-    return {f"{r}[{tag}]": dict(recipe=r, config=cfg) for r in recipes if not _is_draft(r)}
+    return {f"{r}[{tag}]": dict(recipe=r, config=cfg) for r in recipes
+            if set(cfg) <= set(variant_of(attention_spec(r)).settings)}
 
 
 def _is_draft(recipe) -> bool:
-    from ..recipes import load_recipe
-
-    return load_recipe(recipe).attention.kind == "draft"
+    """Timed by `bench/draft.py` (block-sparse: structured inputs, realised density and error)."""
+    return variant_of(attention_spec(recipe)).name == "draft"
 
 
 def _draft_rows(name, sh, recipes, base, flop, *, reps, seed, log) -> list[dict]:
     """Draft recipes at this shape: block-sparse, so timed on the structured inputs of bench/draft.py (on
     Gaussian inputs any sparsity loses most of the output) with their realised density and sampled error;
     the ratios use the SDPA times measured above (data-independent). TFLOP/s is dense-equivalent."""
-    from ..recipes import load_recipe
-    from .draft import GEOMETRIES, bench_draft_point, structured_qkv
-
     if name not in GEOMETRIES:
         log(f"{name}: no video geometry for the draft recipes (have {', '.join(GEOMETRIES)})")
         return []
@@ -219,7 +175,7 @@ def _draft_rows(name, sh, recipes, base, flop, *, reps, seed, log) -> list[dict]
     rows_idx = torch.linspace(0, q.shape[2] - 1, 256, device=q.device).round().long()
     out = []
     for recipe in recipes:
-        r = bench_draft_point(q, k, v, load_recipe(recipe).attention, GEOMETRIES[name], rows=rows_idx,
+        r = bench_draft_point(q, k, v, attention_spec(recipe), GEOMETRIES[name], rows=rows_idx,
                               reps=reps, label=recipe, log=log)
         r.update(shape=name, base_recipe=recipe, options={}, tflops=flop / r["total_ms"] / 1e9,
                  kernel_tflops=flop / r["kernel_ms"] / 1e9, prepass_ms=r["prepass_ms"] + r["route_ms"],
@@ -268,4 +224,4 @@ def to_markdown(info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["SHAPES", "BenchShape", "bench_kernels", "to_markdown", "DEFAULT_RECIPES"]
+__all__ = ["SHAPES", "BenchShape", "bench_kernels", "config_variants", "cuda_times", "parse_config", "to_markdown"]

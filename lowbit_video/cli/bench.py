@@ -7,12 +7,8 @@ from typing import Optional
 
 import typer
 
+from ..kernels.dispatch import settings_help  # the kernel dispatch table (pure Python: no triton at CLI start)
 from .common import user_errors
-
-# kernels.launch.CONFIG_KEYS, spelled out for --help (importing the launcher would load triton on every CLI start;
-# tests/test_kernel_config.py checks the two agree)
-KERNEL_CONFIG_KEYS = ("BLOCK_M", "num_warps", "NUM_STAGES", "PIPE", "DS", "PQ", "WS", "TMA", "maxnreg", "GLUON", "DEFER",
-                      "EARLY_QK", "PINGPONG", "WORK_LOOP", "PERSIST", "QK_FP8")
 
 
 def register(app: typer.Typer) -> None:
@@ -24,13 +20,13 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def bench_kernels_cmd(
         shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p, hunyuan-720p (repeat; default small + wan-480p)."),
-        recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Recipes to time (repeat; default: every recipe the kernels support)."),
+        recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Recipes to time (repeat; default: every recipe a kernel runs)."),
         reps: Optional[int] = typer.Option(None, "--reps", min=1, help="Timed calls per measurement (median); default by shape size."),
         config: Optional[list[str]] = typer.Option(
-            None, "--config", help="Also time each recipe with this kernel setting, KEY=VALUE (repeat to combine; "
-            f"keys {', '.join(KERNEL_CONFIG_KEYS)}), as an extra row 'recipe[KEY=VALUE,...]'. "
-            "sage2-int8, the MXFP4 and the INT4 recipes run the Gluon kernel by default; GLUON=false (or any Triton-only key) times "
-            "the Triton kernel."),
+            None, "--config", help="Also time each recipe with this kernel setting, KEY=VALUE (repeat to combine), as an "
+            "extra row 'recipe[KEY=VALUE,...]'. sage2-int8, the MXFP4 and the INT4 recipes run the Gluon kernel by "
+            "default; GLUON=false (or any Triton-only key) times the Triton kernel. Settings: "
+            f"{settings_help()}."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
     ) -> None:
@@ -39,11 +35,13 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from ..bench.kernels import DEFAULT_RECIPES, SHAPES, bench_kernels, config_variants, to_markdown
+        from ..bench.common import default_recipes
+        from ..bench.kernels import SHAPES, bench_kernels, config_variants, to_markdown
         from ..errors import UserError
 
+        recipes = recipes or default_recipes()
         try:
-            variants = config_variants(recipes or DEFAULT_RECIPES, config or [])
+            variants = config_variants(recipes, config or [])
         except ValueError as exc:
             raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
@@ -53,7 +51,7 @@ def register(app: typer.Typer) -> None:
         if bad:
             raise UserError(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
-        info = bench_kernels(shapes, recipes or DEFAULT_RECIPES, reps=reps, variants=variants, log=log)
+        info = bench_kernels(shapes, recipes, reps=reps, variants=variants, log=log)
         if as_json:
             print(json.dumps(info))
         elif markdown:
@@ -63,13 +61,13 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def bench_draft_cmd(
         shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p (repeat; default wan-720p)."),
-        recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Draft recipes to time (repeat; default draftattention2, draftattention-sparse16)."),
+        recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Draft recipes to time (repeat; default every draft recipe a kernel runs)."),
         sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also run the error–latency sweep (sparse-16, INT8/FP8 and mixed at several sparsities)."),
         plot: Optional[str] = typer.Option(None, "--plot", help="Write the error-vs-time plot of the first shape to this PNG."),
         reps: int = typer.Option(3, "--reps", min=1, help="Timed calls per measurement (median)."),
         config: Optional[list[str]] = typer.Option(
-            None, "--config", help="Draft kernel setting for every point, KEY=VALUE (repeat to combine; keys "
-            "num_warps, NUM_STAGES, PROMOTE, prepass_warps, PIPE4, PIPE8, PIPE16, PAIR16)."),
+            None, "--config", help="Draft kernel setting for every point, KEY=VALUE (repeat to combine). Settings: "
+            f"{settings_help(draft=True)}."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
     ) -> None:
         """DraftAttention2 on the GPU: time (pre-pass, route, kernel), realised density and attention error
@@ -78,14 +76,14 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
+        from ..bench.common import draft_recipes
         from ..bench.draft import GEOMETRIES, bench_draft, equal_time_comparison, plot_sweep
-        from ..bench.kernels import parse_config
+        from ..bench.kernels import _is_draft, parse_config
         from ..errors import UserError
-        from ..kernels.draft import DRAFT_CONFIG_KEYS
-        from ..recipes import load_recipe
+        from ..kernels.dispatch import DRAFT_KEYS
 
         try:
-            cfg = parse_config(config or [], DRAFT_CONFIG_KEYS) or None
+            cfg = parse_config(config or [], DRAFT_KEYS) or None
         except ValueError as exc:
             raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
@@ -94,8 +92,8 @@ def register(app: typer.Typer) -> None:
         bad = [s for s in shapes if s not in GEOMETRIES]
         if bad:
             raise UserError(f"unknown shape(s) {bad}; known: {', '.join(GEOMETRIES)}")
-        recipes = recipes or ["draftattention2", "draftattention-sparse16"]
-        not_draft = [r for r in recipes if load_recipe(r).attention.kind != "draft"]
+        recipes = recipes or draft_recipes()
+        not_draft = [r for r in recipes if not _is_draft(r)]
         if not_draft:
             raise UserError(f"not draft recipes: {not_draft} (use bench kernels)")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print

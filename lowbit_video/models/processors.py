@@ -30,10 +30,12 @@ rows, never a video token) attend to the valid keys in dense 16-bit math. A mask
 key-padding mask (it varies across queries or heads) makes that call fall back to the original
 kernel, with a warning and a count in the context's stats.
 
-Draft recipes (`kind = "draft"`) get `VideoGeometry(frames, height, width, prefix)` from the latent
-token grid of the current forward; HunyuanVideo's text (which follows the video) is rotated to the
-front for the call and back afterwards, as VideoGeometry expects. Draft recipes apply to
-self/joint attention only (cross-attention stays 16-bit).
+How a recipe behaves here is its row of the kernel dispatch table (lowbit_video/kernels/dispatch.py),
+read once per installation: recipes whose row needs the video geometry (DraftAttention2) get
+`VideoGeometry(frames, height, width, prefix)` from the latent token grid of the current forward;
+HunyuanVideo's text (which follows the video) is rotated to the front for the call and back afterwards,
+as VideoGeometry expects. They apply to self/joint attention only (cross-attention stays 16-bit) and
+need every token of the video at once (no ring context parallelism).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import torch.nn.functional as F
 
 from ..attention import VideoGeometry, attend
 from ..errors import ShapeError, UserError
+from ..kernels import dispatch
 from ..recipes import Recipe
 from .capture import CaptureWriter
 from .steps import StepTracker
@@ -62,9 +65,8 @@ except ImportError as e:  # pragma: no cover - diffusers is a dependency
 
 
 def recipe_changes_attention(recipe: Recipe) -> bool:
-    """False for dense recipes (fp16): they run the original kernel everywhere."""
-    spec = recipe.attention
-    return spec.kind == "draft" or spec.quantized
+    """False for exact recipes (fp16: plain softmax attention): they run the original kernel everywhere."""
+    return not dispatch.variant_of(recipe.attention).exact
 
 
 class InjectionContext:
@@ -74,7 +76,8 @@ class InjectionContext:
         self.recipe = recipe
         self.tracker = tracker
         self.capture = capture
-        self.changes = recipe_changes_attention(recipe)
+        self.dispatch = dispatch.variant_of(recipe.attention)  # the recipe's row of the kernel dispatch table
+        self.changes = not self.dispatch.exact
         self.grid: tuple[int, int, int] | None = None  # latent token grid of the running forward
         self.forward_index = 0  # index of the running forward within its denoising step
         self.expert = "transformer"  # which transformer of the pipeline runs (Wan2.2 A14B: two)
@@ -88,8 +91,8 @@ class InjectionContext:
     def quantizes(self, *, block: int, num_blocks: int, attention_type: str) -> bool:
         if not self.changes:
             return False
-        if self.recipe.attention.kind == "draft" and attention_type == "cross":
-            return False
+        if self.dispatch.geometry and attention_type == "cross":
+            return False  # a recipe laid out by the video geometry has no layout for text keys
         policy_type = "cross" if attention_type == "cross" else "self"
         return self.recipe.policy.quantizes(block=block, step=self.tracker.step, num_steps=self.tracker.num_steps,
                                             num_blocks=num_blocks, attention_type=policy_type)
@@ -244,9 +247,9 @@ class _RecipeProcessorMixin:
         if attn_mask is not None:
             raise UserError("context parallelism with an attention mask is not supported yet")
         ring = parallel_config.context_parallel_config.ring_degree > 1
-        draft = self.ctx.recipe.attention.kind == "draft"
-        if quantized and draft and ring:
-            raise UserError("draft recipes need every token of the video at once: use --context-parallel ulysses")
+        if quantized and self.ctx.dispatch.geometry and ring:
+            raise UserError(f"{self.ctx.dispatch.name} recipes need every token of the video at once: use "
+                            "--context-parallel ulysses")
         proc = self
 
         def forward_op(op_ctx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa, return_lse=False,
@@ -290,12 +293,12 @@ class _RecipeProcessorMixin:
 
     def _attend(self, q, k, v, *, attention_type: str, text_tokens: int) -> torch.Tensor:
         recipe = self.ctx.recipe
-        if recipe.attention.kind != "draft":
+        if not self.ctx.dispatch.geometry:
             return attend(q, k, v, recipe, layout="BNHD", rope_segments=self.rope_segments)
         grid = self.ctx.grid
         n = q.shape[1]
         if grid is None or grid[0] * grid[1] * grid[2] + text_tokens != n or k.shape[1] != n:
-            raise ShapeError(f"draft recipe: cannot lay out {n} tokens as the video grid {grid} "
+            raise ShapeError(f"{self.ctx.dispatch.name} recipe: cannot lay out {n} tokens as the video grid {grid} "
                              f"plus {text_tokens} text tokens")
         geometry = VideoGeometry(int(grid[0]), int(grid[1]), int(grid[2]), prefix=int(text_tokens))
         if not text_tokens:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .draft_layout import PackedLayout
+from .layout import PackedLayout
 
 
 def pool_regions(x_packed: torch.Tensor, layout: PackedLayout) -> tuple[torch.Tensor, torch.Tensor]:

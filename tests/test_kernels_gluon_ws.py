@@ -1,0 +1,117 @@
+"""The warp-specialized Gluon kernel (kernels/gluon_ws.py) against the reference engine and the Triton kernel: its
+settings (DEFER, EARLY_QK, WORK_LOOP) change no output bit, it counts inexact P̃ blocks as the Triton kernel does,
+and it gives way to the Triton kernel on the exact bf16 fallbacks. GPU only (sm_90; the interpreter cannot run
+Gluon). Criterion: tests/kernel_helpers.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_helpers import MX_RECIPES, needs_cuda, make_qkv, rel_l2, to_layout, from_layout, check_against_reference
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", ["sage2-int8"] + MX_RECIPES)
+@pytest.mark.parametrize("outliers", [False, True])
+@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
+                                          ((1, 1, 1, 130, 128), "BHND")])
+def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
+    """config GLUON: the warp-specialized Gluon kernel (sage2-int8 and the MXFP4 recipes), held to the same bound
+    against the reference engine as the Triton kernel (same operands and arithmetic; only fp32 rounding order may
+    differ), and within a few output ulps of the Triton kernel (GLUON=false), which meets the bound too.
+    Shapes: ragged tiles, q_len != kv_len, one query."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    b, h, nq, nk, d = shape
+    q, k, v = make_qkv(b, h, nq, nk, d, outliers=outliers, seed=nq + d)
+    args = [to_layout(t, layout).cuda() for t in (q, k, v)]
+    st = KernelStats()
+    out = attention(*args, recipe, layout=layout, config={"GLUON": True}, stats=st)
+    finalize_stats(st)
+    assert st.kernel == "gluon" and not st.qk_fallback and not st.v_fallback  # the Gluon kernel itself ran
+    check_against_reference(recipe, q, k, v, from_layout(out, layout))
+    st_tri = KernelStats()
+    tri = attention(*args, recipe, layout=layout, config={"GLUON": False}, stats=st_tri)
+    assert st_tri.kernel == "triton"
+    check_against_reference(recipe, q, k, v, from_layout(tri, layout))
+    assert rel_l2(out.float().cpu(), tri.float().cpu()) < 4e-3  # bf16 output: ~1 ulp where rounding differs
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe,stages", [("sage2-int8", 3), ("mxattention", 3), ("mxattention", 4)])
+def test_gluon_deferred_stage_release_changes_no_bit(recipe, stages):
+    """config DEFER moves when a consumer releases a K/V stage, EARLY_QK when it issues the next QKᵀ; neither
+    changes what is computed: the output is the same bits, over enough key tiles (13, the last ragged) that every
+    stage of the ring is refilled several times."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 3, 300, 1600, 128, outliers=True, seed=7))
+    outs = []
+    for defer, early in ((False, False), (True, False), (True, True), (False, True)):
+        st = KernelStats()
+        config = {"DEFER": defer, "EARLY_QK": early, "NUM_STAGES": stages}
+        outs.append(attention(q, k, v, recipe, config=config, stats=st))
+        assert st.kernel == "gluon"
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe,config", [("sage2-int8", {}), ("sage2-int8", {"EARLY_QK": False}),
+                                           ("mxattention", {}), ("mxfp4-ocp", {}),
+                                           ("rotateattention-half", {"GLUON": True})])
+@pytest.mark.parametrize("b,h,nq,nk,layout", [(2, 40, 1000, 777, "BHND"), (1, 3, 300, 1600, "BNHD")])
+def test_gluon_work_loop_changes_no_bit(recipe, config, b, h, nq, nk, layout):
+    """config WORK_LOOP: the programs run their work tile inside a loop over work tiles rather than without one;
+    the per-tile arithmetic is the same, so the output bits (and, for MXFP4, the inexact-block count) are too.
+    (2, 40, 1000, 777): 640 work tiles, each of 7 key tiles (the last ragged) through a 3- or 4-stage ring, the
+    last query tile ragged too. (1, 3, 300, 1600): a strided (BNHD) output."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = (to_layout(t, layout).cuda() for t in make_qkv(b, h, nq, nk, 128, outliers=True, seed=nq + nk))
+    outs, bads = [], []
+    for loop in (False, True):
+        st = KernelStats()
+        outs.append(attention(q, k, v, recipe, layout=layout, config=dict(config, WORK_LOOP=loop), stats=st))
+        finalize_stats(st)
+        assert st.kernel == "gluon"
+        bads.append(st.p_inexact_blocks)
+    assert torch.equal(outs[0], outs[1])
+    assert bads[0] == bads[1]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
+    """Peaky rows put many P̃ blocks below what E4M3 holds; the Gluon kernel counts them as the Triton kernel
+    does (equal up to the odd block whose fp32 exponent lands on the other side of a rule boundary)."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = make_qkv(1, 2, 300, 512, 64, outliers=False, dtype=torch.float32)
+    q = q * 4.0
+    counts = []
+    for config in ({"GLUON": True}, {"GLUON": False}):
+        st = KernelStats()
+        attention(q.cuda(), k.cuda(), v.cuda(), "mxattention", stats=st, config=config)
+        counts.append(finalize_stats(st).p_inexact_blocks)
+    assert counts[1] > 20, counts  # 52 measured on the H200 (Triton kernel)
+    assert abs(counts[0] - counts[1]) <= max(2, counts[1] // 100), counts
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gluon_config_runs_the_triton_kernel_on_exact_bf16_fallbacks():
+    """A K block E4M3 cannot hold sends the MXFP4 pre-pass to bf16 operands, which the Gluon kernel does not
+    take: with config GLUON the Triton kernel runs them, and the result still meets the bound."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = make_qkv(1, 2, 128, 256, 128, outliers=False, dtype=torch.float32)
+    k[0, 0, 5, :32] *= 1e-7
+    st = KernelStats()
+    out = attention(q.cuda(), k.cuda(), v.cuda(), "mxfp4-ocp", stats=st, config={"GLUON": True})
+    finalize_stats(st)
+    assert st.qk_fallback and st.kernel == "triton"  # (and V, fp8, re-written in token order for it)
+    check_against_reference("mxfp4-ocp", q, k, v, out)
