@@ -131,11 +131,7 @@ def _refuse_int4(spec) -> str:
         return f"INT4 kernel: unknown rotation {spec.rotation!r}"
     if spec.rotation_sigma != 1.0:
         return "INT4 kernel: orthogonal rotations only (rotation_sigma = 1; the reference engine runs the control)"
-    if spec.smooth_q and spec.smooth_q_group != QUERY_GROUP:
-        return f"INT4 kernel: Q smoothing groups of {QUERY_GROUP} tokens (the query tile)"
-    if spec.placement not in ("direct", "pnq") or spec.tile_k != KEY_TILE:
-        return f"INT4 kernel: key tile {KEY_TILE}, direct or pnq placement"
-    return ""
+    return _refuse_tiles(spec, "INT4")
 
 
 def _refuse_nvfp4(spec) -> str:
@@ -144,10 +140,15 @@ def _refuse_nvfp4(spec) -> str:
         return "NVFP4 kernel: Q/K/V outer scale tensor or none, P̃ none or row"
     if spec.rotation != "none" or spec.rotate_v:
         return "NVFP4 kernel: no rotation"
+    return _refuse_tiles(spec, "NVFP4")
+
+
+def _refuse_tiles(spec, kernel: str) -> str:
+    """The INT4 and NVFP4 kernels' tiles: Q smoothed per query tile, KEY_TILE keys, P̃ placed directly or PNQ."""
     if spec.smooth_q and spec.smooth_q_group != QUERY_GROUP:
-        return f"NVFP4 kernel: Q smoothing groups of {QUERY_GROUP} tokens (the query tile)"
+        return f"{kernel} kernel: Q smoothing groups of {QUERY_GROUP} tokens (the query tile)"
     if spec.placement not in ("direct", "pnq") or spec.tile_k != KEY_TILE:
-        return f"NVFP4 kernel: key tile {KEY_TILE}, direct or pnq placement"
+        return f"{kernel} kernel: key tile {KEY_TILE}, direct or pnq placement"
     return ""
 
 
