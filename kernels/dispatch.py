@@ -240,7 +240,8 @@ VARIANTS = (
             settings=_ATTN, block_m=QUERY_GROUP),
     Variant("draft", "DraftAttention2 (kind draft): block-sparse, mixed 16/8/4-bit, 64-token region blocks",
             lambda s: s.kind == "draft", _refuse_draft, _defaults_draft, entry="draft:draft_attention",
-            settings=tuple(DRAFT_KEYS), dtypes=("float16", "bfloat16"), geometry=True, no_lse="block-sparse attention", engine="draft"),
+            settings=tuple(DRAFT_KEYS), dtypes=("float16", "bfloat16"), geometry=True,
+            no_lse="block-sparse attention", engine="draft"),
     Variant("reference", "any other recipe: no kernel, the reference engine", lambda s: True, _no_kernel),
 )
 BY_NAME = {v.name: v for v in VARIANTS}

@@ -2,8 +2,8 @@
 16-bit copy, the INT8 / FP8 and NVFP4 operands of the low-bit phases, and (Q, K) the pooled draft
 descriptors (mean and max per region) — the seed's "fused operand preparation" (§C).
 
-Exact against the reference engine (lowbit_video/attention/draft_exec.py `prepare_operands`, lowbit_video/draft/scores.py
-`pool_regions`), which is what tests/test_kernels_draft.py checks bit for bit:
+Exact against the reference engine (lowbit_video/attention/draft_exec.py `prepare_operands`,
+lowbit_video/draft/scores.py `pool_regions`), which is what tests/test_kernels_draft.py checks bit for bit:
 - INT8 Q/K, one scale per region block (block × head_dim values): s = fl32(amax / 127) from an fp64
   quotient (Triton's fp32 `/` is not correctly rounded), codes RNE(x / s) clamped to ±127, decided
   exactly without a per-element division (`_int_rne_exact`: fp32 guess, exact fp64 midpoint check).

@@ -25,7 +25,7 @@ PHASE_CODES = (4, 8, 16)  # the kernel's phase order (anemoi's): NVFP4, INT8/FP8
 
 
 def allocate_by_boundaries(scores: torch.Tensor, quotas) -> torch.Tensor:
-    """Precision codes (..., R, R) int8, equal to lowbit_video.draft.alloc.allocate(scores, quotas): one descending ranking
+    """Precision codes (..., R, R) int8, equal to draft.alloc.allocate(scores, quotas): one descending ranking
     (topk) per head gives the score at each quota boundary, and a pair's code follows from comparing its score
     with them. That is exact unless a value is tied across a boundary (the stable order then splits equal
     scores); only then, for the whole call, the engine's own `allocate` runs instead (its scatter of the
