@@ -8,6 +8,7 @@ video geometry and run through `kernels.draft.draft_attention`; `attention()` re
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -40,6 +41,19 @@ class KernelStats:
 
 
 last_stats = KernelStats()
+
+
+@functools.lru_cache(maxsize=None)
+def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """One zero element for the kernel arguments a variant does not read (no key padding mask, no ΔS table, ...):
+    made once per device and dtype, never written, so a call allocates only what its kernel uses."""
+    return torch.zeros((1,), device=device, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _p_shift(static_scale: float) -> float:
+    """−log2 of sage2's static P̃ scale rounded to fp32 (the reference's fp32 scale)."""
+    return -math.log2(float(torch.tensor(static_scale, dtype=torch.float32)))
 
 
 def _spec_and_variant(recipe):
@@ -91,7 +105,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         kpm = key_padding_mask.to(device=dev, dtype=torch.int8).contiguous()
         skpm = kpm.stride(0)
     else:
-        kpm, skpm = torch.zeros((1,), device=dev, dtype=torch.int8), 0
+        kpm, skpm = _placeholder(dev, torch.int8), 0
 
     if cfg.get("DS", "table") not in ("table", "fused"):
         raise ValueError(f"config DS must be 'table' or 'fused', got {cfg['DS']!r}")
@@ -116,7 +130,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
     kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.operand_key`).
     qk_fp8 (INT4): Q/K codes as E4M3 rather than int8 (the kernels pick their QKᵀ MMA by that dtype)."""
     dev = q.device
-    dummy_f = torch.zeros((1,), device=dev, dtype=torch.float32)
+    dummy_f = _placeholder(dev, torch.float32)
     rule, flq, qmax = 0, 2, 6.0
     p_shift, p_fp8, pnq = 0.0, False, False
     kf = qm = hv = dummy_f
@@ -190,7 +204,7 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
             mode = MODE_SAGE
             qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, operand_order=gluon)
             p_fp8 = True
-            p_shift = -math.log2(float(torch.tensor(spec.p.static_scale, dtype=torch.float32)))
+            p_shift = _p_shift(spec.p.static_scale)
         if timed:
             t1.record()
             st._events = (t0, t1)  # read by finalize_stats (no extra sync on the hot path)
@@ -213,7 +227,9 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
     if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     so = prepass._bhnd_strides(out, layout)
-    bad = torch.zeros((1,), device=q.device, dtype=torch.int32)
+    # MXFP4's count of inexact P̃ blocks (the kernels add to it); the other variants never touch it
+    bad = (torch.zeros((1,), device=q.device, dtype=torch.int32) if prep["mode"] == MODE_MX
+           else _placeholder(q.device, torch.int32))
     P = prep
     if P["mode"] == MODE_MX and (P["qq"].element_size() > 1 or P["vv"].element_size() > 1):
         # the exact bf16 fallbacks double the K/V tile bytes: PIPE's 4 stages do not fit in shared memory
@@ -272,7 +288,7 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     cfg = merged_config(variant, D, config, spec.placement)
     st = KernelStats(variant=variant)
-    kpm = torch.zeros((1,), device=q.device, dtype=torch.int8)
+    kpm = _placeholder(q.device, torch.int8)
     box = {}
 
     def run_prepass():
