@@ -7,7 +7,7 @@ reads its operands through the four strides and the data pointer it is given (ke
 must stay within each recipe's stated tolerance of the reference engine:
 
 * quantized recipes (MXFP4 family, sage2-int8, INT4, NVFP4): `check_against_reference` of
-  test_kernels_attention.py -- kernel–reference ≤ 5 % of the recipe's own error against float64 attention,
+  tests/kernel_helpers.py -- kernel–reference ≤ 5 % of the recipe's own error against float64 attention,
   plus the rounding of the output to its dtype (that module says why);
 * the dense 16-bit kernel: against float64 attention, 4e-3 (bf16) / 1e-3 (fp16) relative L2, a few ulp of the
   16-bit P̃ and output (test_dense_kernel_matches_sdpa_with_mask);
@@ -41,7 +41,7 @@ import torch
 from lowbit_video.attention import attend, exact_attention
 from lowbit_video.recipes import available_recipes, load_recipe
 
-from test_kernels_attention import (  # noqa: E402  (shared helpers and tolerances)
+from kernel_helpers import (  # noqa: E402  (shared helpers and tolerances)
     HAS_TRITON, REPO, check_against_reference, interpreter_kernels, needs_cuda, rel_l2, run_interpreted)
 
 DRAFT_FLOOR = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}      # test_kernels_draft.FLOOR
@@ -128,7 +128,7 @@ def test_kernel_strides_address_the_views_elements(view, nq, nk):
 @pytest.mark.parametrize("recipe", sorted(kernel_recipes()))
 def test_reference_dispatch_gives_views_the_output_of_copies(recipe):
     """`attend` on CPU (the reference engine) with fused-projection views equals contiguous copies bit for bit."""
-    from lowbit_video.attention.draft_layout import VideoGeometry
+    from lowbit_video.draft.layout import VideoGeometry
 
     draft = kernel_recipes()[recipe] == "draft"
     geo = VideoGeometry(2, 8, 8, prefix=4) if draft else None
@@ -181,7 +181,7 @@ def _check_masked(recipe, kind, q, k, v, out, mask):
 @needs_cuda
 @pytest.mark.parametrize("recipe", sorted(kernel_recipes()))
 def test_kernels_on_model_views_fuzz(recipe):
-    from lowbit_video.kernels import launch
+    from lowbit_video.kernels import launch, supports
 
     kind = kernel_recipes()[recipe]
     for case in fuzz_cases(n_random=4):
@@ -189,7 +189,7 @@ def test_kernels_on_model_views_fuzz(recipe):
         nq, nk, d, b = *case["nq_nk"], case["d"], case["b"]
         tag = (recipe, case)
         if kind == "draft":
-            from lowbit_video.attention.draft_layout import VideoGeometry
+            from lowbit_video.draft.layout import VideoGeometry
 
             geo = VideoGeometry(2, 8, 8 + 4 * (d == 128), prefix=5)
             q, k, v, layout = fused_views(b, 2, geo.tokens, geo.tokens, d, case["view"], dtype=dtype,
@@ -201,7 +201,7 @@ def test_kernels_on_model_views_fuzz(recipe):
                          backend="reference")
             assert rel_l2(as_bhnd(out, layout).cpu(), ref) <= DRAFT_FLOOR[dtype], tag
             continue
-        ok, why = launch.supports(load_recipe(recipe).attention, "cuda", d)
+        ok, why = supports(load_recipe(recipe).attention, "cuda", d)
         assert ok, (recipe, why)
         q, k, v, layout = fused_views(b, 2, nq, nk, d, case["view"], dtype=dtype, seed=case["seed"],
                                       outliers=case["outliers"], device="cuda")
@@ -233,7 +233,7 @@ _INTERP_SCRIPT = textwrap.dedent(
     import json, sys, torch
     sys.path.insert(0, {tests!r})
     from test_kernels_fuzz import fused_views, as_bhnd
-    from test_kernels_attention import rel_l2
+    from kernel_helpers import rel_l2
     from lowbit_video.attention import attend, exact_attention
     from lowbit_video.kernels.launch import attention
     res = {{}}
