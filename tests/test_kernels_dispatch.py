@@ -75,13 +75,27 @@ def test_row_traits_the_processors_and_attend_read():
     assert not mx.geometry and not mx.no_lse and mx.engine == "reference" and mx.in_attend
 
 
-def test_kernel_recipes_are_every_shipped_recipe_in_table_order():
+def test_kernel_recipes_list_every_recipe_a_kernel_runs_in_table_order():
+    """`bench kernels` / `bench draft` default to these: every available recipe a kernel runs, none it refuses."""
+    from lowbit_video.recipes import available_recipes
+
     names = dispatch.kernel_recipes()
-    assert sorted(names) == sorted(SHIPPED)
+    assert set(SHIPPED) <= set(names)
+    assert "rotateattention-half-unconstrained" not in names  # refused: the reference engine runs it
     order = [v.name for v in dispatch.VARIANTS]
-    assert [order.index(SHIPPED[n]) for n in names] == sorted(order.index(SHIPPED[n]) for n in names)
-    assert set(dispatch.kernel_recipes("draft")) == {"draftattention2", "draftattention-sparse16"}
-    assert not set(dispatch.kernel_recipes("attention")) & {"draftattention2", "draftattention-sparse16"}
+    rows = [order.index(dispatch.variant_of(load_recipe(n).attention).name) for n in names]
+    assert rows == sorted(rows)
+    drafts = {n for n in available_recipes() if load_recipe(n).attention.kind == "draft"}
+    assert set(dispatch.kernel_recipes("draft")) == drafts and {"draftattention2", "draftattention-sparse16"} <= drafts
+    assert not set(dispatch.kernel_recipes("attention")) & drafts
+
+
+def test_the_non_orthogonal_rotation_control_is_refused():
+    spec = load_recipe("rotateattention-half-unconstrained").attention
+    row = dispatch.variant_of(spec)
+    assert row.name == "int4"
+    assert row.refuse(spec) == ("INT4 kernel: orthogonal rotations only (rotation_sigma = 1; the reference engine "
+                                "runs the control)")
 
 
 # --------------------------------------------------------------------------------- recipes read once

@@ -158,26 +158,13 @@ def test_attend_dispatches_int4_to_kernel_with_rope_segments():
     assert rel_l2(auto.cpu(), ref) <= RATIO * err
 
 
-def test_int4_recipes_are_supported_on_cuda_only():
+@pytest.mark.parametrize("recipe", INT4_RECIPES + NVFP4_RECIPES)
+def test_int4_and_nvfp4_recipes_are_supported_on_cuda_only(recipe):
+    """Dispatched on CUDA (their GPU tests pass on the H200), never on CPU."""
     from lowbit_video.kernels import supports
     from lowbit_video.recipes import load_recipe
 
-    for recipe in INT4_RECIPES:
-        spec = load_recipe(recipe).attention
-        if HAS_TRITON:
-            assert supports(spec) == (True, ""), recipe
-        ok, why = supports(spec, "cpu", 128)
-        assert not ok and why
-
-
-def test_nvfp4_recipes_are_supported_on_cuda_only():
-    """Dispatched since the GPU tests passed on the H200 (results/kernels-h200.md); never on CPU."""
-    from lowbit_video.kernels import supports
-    from lowbit_video.recipes import load_recipe
-
-    for recipe in NVFP4_RECIPES:
-        spec = load_recipe(recipe).attention
-        if HAS_TRITON:
-            assert supports(spec) == (True, ""), recipe
-        ok, why = supports(spec, "cpu", 128)
-        assert not ok and why, recipe
+    spec = load_recipe(recipe).attention
+    if HAS_TRITON:
+        assert supports(spec) == (True, "")
+    assert supports(spec, "cpu", 128) == (False, "kernels run on CUDA devices only")
