@@ -35,6 +35,10 @@ QUANT_RECIPES = MX_RECIPES + ["sage2-int8"]
 INT4_RECIPES = ["rotateattention-half", "rotateattention-interleaved", "rotateattention-full", "int4-baseline"]
 NVFP4_RECIPES = ["nvfp4", "sage-nvfp4"]
 RATIO = 0.05  # kernel–reference difference allowed, as a share of the recipe's own error (module docstring)
+# (B, H, Nq, Nk, D) and layout of the reference checks: ragged query and key tiles, Nq != Nk, both layouts, both
+# head_dims; LONG adds more key tiles than query rows
+SHAPES = [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD")]
+LONG = ((1, 2, 130, 1000, 128), "BHND")
 
 try:
     import triton  # noqa: F401

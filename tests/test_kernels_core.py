@@ -12,14 +12,14 @@ import torch
 
 from kernel_helpers import (
     REPO, RATIO, QUANT_RECIPES, HAS_TRITON, needs_cuda, interpreter_kernels, run_interpreted, make_qkv, to_layout,
-    from_layout, check_against_reference)
+    from_layout, check_against_reference, SHAPES)
 
 
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("recipe", QUANT_RECIPES)
 @pytest.mark.parametrize("outliers", [False, True])
-@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD")])
+@pytest.mark.parametrize("shape,layout", SHAPES)
 def test_kernel_matches_reference(recipe, outliers, shape, layout):
     from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_helpers import MX_RECIPES, needs_cuda, make_qkv, rel_l2, to_layout, from_layout, check_against_reference
+from kernel_helpers import (
+    MX_RECIPES, needs_cuda, make_qkv, rel_l2, to_layout, from_layout, check_against_reference, SHAPES)
 
 
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("recipe", ["sage2-int8"] + MX_RECIPES)
 @pytest.mark.parametrize("outliers", [False, True])
-@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
-                                          ((1, 1, 1, 130, 128), "BHND")])
+@pytest.mark.parametrize("shape,layout", SHAPES + [((1, 1, 1, 130, 128), "BHND")])
 def test_gluon_kernel_matches_reference(recipe, outliers, shape, layout):
     """config GLUON: the warp-specialized Gluon kernel (sage2-int8 and the MXFP4 recipes), held to the same bound
     against the reference engine as the Triton kernel (same operands and arithmetic; only fp32 rounding order may

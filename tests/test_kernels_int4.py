@@ -14,7 +14,7 @@ import torch
 
 from kernel_helpers import (
     REPO, RATIO, INT4_RECIPES, HAS_TRITON, needs_cuda, interpreter_kernels, run_interpreted, make_qkv, rel_l2,
-    to_layout, from_layout, check_against_reference)
+    to_layout, from_layout, check_against_reference, SHAPES, LONG)
 from test_kernels_prepass import _check_int4_prepass
 
 
@@ -22,8 +22,7 @@ from test_kernels_prepass import _check_int4_prepass
 @needs_cuda
 @pytest.mark.parametrize("recipe", INT4_RECIPES)
 @pytest.mark.parametrize("outliers", [False, True])
-@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
-                                          ((1, 2, 130, 1000, 128), "BHND")])
+@pytest.mark.parametrize("shape,layout", SHAPES + [LONG])
 @pytest.mark.parametrize("kernel", ["triton", "gluon"])
 def test_int4_kernel_matches_reference(recipe, outliers, shape, layout, kernel):
     """The INT4 kernels against the reference engine. kernel "gluon": the warp-specialized kernel's INT4 mode
@@ -125,7 +124,7 @@ def test_int4_key_tiles_far_below_the_maximum(recipe, gluon):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("outliers", [False, True])
-@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND")])
+@pytest.mark.parametrize("shape,layout", SHAPES[:1])
 def test_int4_fused_delta_s_matches_reference(outliers, shape, layout):
     """ΔS formed in the kernel (3xTF32 MMA per key tile) instead of the pre-pass table: head_dim 64 only
     (at 128 the kernel needs 279552 B of shared memory, over the H200's 232448: a ValueError up front)."""

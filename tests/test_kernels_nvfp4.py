@@ -13,15 +13,14 @@ import pytest
 
 from kernel_helpers import (
     REPO, RATIO, NVFP4_RECIPES, HAS_TRITON, needs_cuda, interpreter_kernels, run_interpreted, make_qkv, to_layout,
-    from_layout, check_against_reference)
+    from_layout, check_against_reference, SHAPES, LONG)
 
 
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("recipe", NVFP4_RECIPES)
 @pytest.mark.parametrize("outliers", [False, True])
-@pytest.mark.parametrize("shape,layout", [((2, 3, 300, 200, 64), "BHND"), ((1, 2, 257, 384, 128), "BNHD"),
-                                          ((1, 2, 130, 1000, 128), "BHND")])
+@pytest.mark.parametrize("shape,layout", SHAPES + [LONG])
 def test_nvfp4_kernel_matches_reference(recipe, outliers, shape, layout):
     from lowbit_video.kernels.launch import attention
 
