@@ -1,6 +1,10 @@
-"""Shipped text-to-video models.
+"""The text-to-video models generate runs, and how a recipe gets into them.
 
-`tiny_shapes`: the data side (closed prompt grammar, procedural clip renderer) and the pixel-level
-adherence scorer of the tiny text-to-video model trained on coloured shapes. Subpackages are not
-imported here, so importing `lowbit_video.models` stays cheap.
+registry.py lists the models and loads one; base.py is the interface every family implements
+(wan.py, hunyuan.py, tiny_shapes_adapter.py; the registry imports them, they import base only).
+injection.py and processors.py put a recipe's attention into a diffusers transformer; steps.py,
+capture.py and timing.py follow a generate call. `tiny_shapes` is the shipped tiny model: its prompt
+grammar, clip renderer, training, sampling and the pixel-level adherence scorer.
+
+Nothing is imported here, so importing `lowbit_video.models` stays cheap.
 """
