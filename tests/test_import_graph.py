@@ -23,9 +23,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Circles that are being taken apart. Listed here they do not fail the test; a listed circle that no longer exists
-# does, so the list only shrinks.
-KNOWN_CIRCLES: set[frozenset[str]] = set()
 ROOTS = ((REPO / "lowbit_video", "lowbit_video"), (REPO / "kernels", "lowbit_video.kernels"))
 
 
@@ -136,10 +133,7 @@ def test_no_import_circles():
     mods = package_modules()
     edges = import_graph(mods)
     found = circles(edges)
-    new = [c for c in found if frozenset(c) not in KNOWN_CIRCLES]
-    assert not new, "import circles:\n" + "\n".join(describe(c, edges, mods) for c in new)
-    gone = KNOWN_CIRCLES - {frozenset(c) for c in found}
-    assert not gone, f"no longer circles, remove them from KNOWN_CIRCLES: {[sorted(c) for c in gone]}"
+    assert not found, "import circles:\n" + "\n".join(describe(c, edges, mods) for c in found)
 
 
 # The checker itself, on small made-up packages: it must find what it is meant to find.
