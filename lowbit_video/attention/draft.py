@@ -11,7 +11,7 @@ One call, `draft_attention`, in four steps, each its own module:
    normalised once; prefix keys and prefix queries are dense 16 bit.
 
 Everything is float64 and deterministic: with no sparsity and every pair at 16 bit it is softmax
-attention to roundoff (tests/test_draft_engine.py).
+attention to roundoff (tests/test_attention_draft.py).
 """
 
 from __future__ import annotations
