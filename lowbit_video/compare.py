@@ -68,6 +68,8 @@ VBENCH_DIMENSIONS = (
     "subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
     "dynamic_degree", "aesthetic_quality", "imaging_quality", "human_action", "temporal_style",
     "overall_consistency",
+    # VBench standard mode only (runs of VBench's own prompts, generate --prompts vbench)
+    "object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style",
 )
 PAIRED = ("cosine", "ssim", "psnr", "lpips")
 OPTIONAL_PAIRED = ("mse",)  # paired, shown (after PSNR) only where scored: no paper but RotateAttention reports it
@@ -76,7 +78,9 @@ LABELS = {
     "subject_consistency": "Subject", "background_consistency": "Background",
     "temporal_flickering": "Flicker", "motion_smoothness": "Motion", "dynamic_degree": "Dynamic",
     "aesthetic_quality": "Aesthetic", "imaging_quality": "Imaging", "human_action": "Action",
-    "temporal_style": "T. style", "overall_consistency": "Overall", "cosine": "Cosine", "ssim": "SSIM",
+    "temporal_style": "T. style", "overall_consistency": "Overall", "object_class": "Object",
+    "multiple_objects": "Multi-obj", "color": "Color", "spatial_relationship": "Spatial", "scene": "Scene",
+    "appearance_style": "Style", "cosine": "Cosine", "ssim": "SSIM",
     "psnr": "PSNR", "mse": "MSE", "lpips": "LPIPS", "adherence": "Adherence",
 }
 FORMATS = ("table", "md", "csv", "json")

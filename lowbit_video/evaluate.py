@@ -178,6 +178,8 @@ class _Prechecks:
                 return no_baseline_reason(self.baseline)
         if not _applies(spec, job.meta):
             return f"{name} scores {', '.join(spec.models)} runs only (this run: {_name(job.meta, 'model')})"
+        if spec.kind == "vbench":  # the suite-only dimensions need a prompt of VBench's suite listed for them
+            return self._once(name) or _vbench_suite_reason(name, job.meta)
         return self._once(name)
 
 
@@ -199,6 +201,11 @@ def _vbench_unavailable(dim: str, root: Path) -> str | None:
     if isinstance(mod, str):
         return mod
     return mod.dimension_unavailable(dim, root)
+
+
+def _vbench_suite_reason(dim: str, meta: dict) -> str | None:
+    mod = _vbench_module()
+    return None if isinstance(mod, str) else mod.suite_reason(dim, meta.get("vbench"))
 
 
 # ---------------------------------------------------------------------------------- computing
@@ -286,7 +293,8 @@ def _run_vbench(jobs: list[tuple[_Job, list[str]]], root: Path, rep: EvalReporte
                 job.values[d] = {"unavailable": mod if isinstance(mod, str) else "run has no video.mp4"}
             continue
         keyed[str(job.dir)] = (job, dims)
-        videos.append(mod.VBenchVideo(key=str(job.dir), mp4=mp4, prompt=str(job.meta.get("prompt", ""))))
+        videos.append(mod.VBenchVideo(key=str(job.dir), mp4=mp4, prompt=str(job.meta.get("prompt", "")),
+                                      suite=job.meta.get("vbench")))
     if not videos:
         return
     dims_all = list(OrderedDict.fromkeys(d for _, ds in keyed.values() for d in ds))

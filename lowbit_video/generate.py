@@ -4,6 +4,9 @@
   `<out>/<model>/<recipe>/<prompt-slug>/seed-<s>/` (`runstore.run_dir`) with video.mp4 (H.264),
   frames.png (frame strip), frames.npz (exact uint8 frames: the lossless source for metrics) and
   meta.json (written last).
+* **Prompts.** `--prompt TEXT`, a prompts file, or VBench's standard suite (`--prompts vbench` or
+  `vbench:<dimension>`, vbench_suite.py; each run's meta records its suite entry, so `evaluate`
+  can score VBench's suite-only dimensions); `--prompt-limit N` keeps the first N.
 * **Paired.** The model draws a seed's initial noise from that seed alone, so every recipe starts
   from the same noise for the same seed; runs of one recipe differ from FP16's only by the recipe.
 * **Batches.** One `model.generate` call takes up to `batch` seeds of one prompt under one recipe
@@ -53,7 +56,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from . import distributed, runstore, video_io
+from . import distributed, runstore, vbench_suite, video_io
 from .errors import UserError
 from .recipes import Recipe, load_recipe
 
@@ -77,7 +80,8 @@ class GenerateConfig:
     model: str = DEFAULT_MODEL
     recipes: Sequence[str] = DEFAULT_RECIPES
     prompts: Sequence[str] | None = None         # --prompt TEXT ...; None: read prompts_file
-    prompts_file: str | None = None              # None: DEFAULT_PROMPTS
+    prompts_file: str | None = None              # None: DEFAULT_PROMPTS; "vbench[:<dimension>]": VBench's suite
+    prompt_limit: int | None = None              # at most this many prompts (the first ones); None: all
     seeds: Sequence[int] = (0,)
     steps: int | None = None
     guidance: float | None = None
@@ -142,6 +146,7 @@ class Resolved:
     width: int
     frames: int
     runs: list[Run] = field(default_factory=list)
+    suite: dict[str, dict] = field(default_factory=dict)  # prompt -> its VBench suite entry (vbench_suite.py)
 
 
 # ------------------------------------------------------------------------------------ resolving
@@ -211,6 +216,20 @@ def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str 
     return list(OrderedDict.fromkeys(out))
 
 
+def resolve_prompt_source(info: Any, cfg: GenerateConfig) -> tuple[list[str], dict[str, dict]]:
+    """(prompts, {prompt: VBench suite entry}) of --prompt / --prompts FILE / --prompts vbench[:<dim>],
+    cut to --prompt-limit. The suite entry is recorded in each run's meta (evaluate's VBench mode)."""
+    if cfg.prompts or not vbench_suite.is_suite(cfg.prompts_file):
+        prompts = resolve_prompts(info, cfg.prompts, cfg.prompts_file)
+        return prompts[:cfg.prompt_limit] if cfg.prompt_limit else prompts, {}
+    chosen = vbench_suite.suite_prompts(str(cfg.prompts_file), limit=cfg.prompt_limit)
+    if is_tiny_shapes(info):
+        raise UserError(f"--prompts {cfg.prompts_file}: VBench's prompts are free text, outside tiny-shapes' "
+                        f"prompt grammar (e.g. {chosen[0].prompt!r}); use a real model (--model, --model-path)")
+    return resolve_prompts(info, [p.prompt for p in chosen], None), {
+        p.prompt: vbench_suite.suite_entry(p) for p in chosen}
+
+
 def resolve_recipes(names: Sequence[str]) -> list[Recipe]:
     if not names:
         names = DEFAULT_RECIPES
@@ -254,11 +273,12 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     elif getattr(info, "needs_path", False):
         raise UserError(f"model {info.name} has no shipped weights: pass --model-path DIR "
                         "(a diffusers-format checkpoint folder on disk)")
+    _positive("prompt-limit", cfg.prompt_limit)
     recipes = resolve_recipes(cfg.recipes)
-    prompts = resolve_prompts(info, cfg.prompts, cfg.prompts_file)
+    prompts, suite = resolve_prompt_source(info, cfg)
     seeds = resolve_seeds(cfg.seeds)
     res = Resolved(
-        info=info, recipes=recipes, prompts=prompts, seeds=seeds,
+        info=info, recipes=recipes, prompts=prompts, seeds=seeds, suite=suite,
         steps=int(cfg.steps or info.default_steps),
         guidance=float(info.default_guidance if cfg.guidance is None else cfg.guidance),
         height=int(cfg.height or info.default_height), width=int(cfg.width or info.default_width),
@@ -637,6 +657,7 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
             **base_meta,
             "recipe": rd, "policy": rd.get("policy"),
             "prompt": run.prompt, "prompt_slug": run.dir.parent.name, "seed": run.seed,
+            "vbench": res.suite.get(run.prompt),  # the prompt's VBench suite entry, if it came from the suite
             "request": request_of(res, run),
             "attention_calls": _jsonable(calls) if isinstance(calls, dict) else None,
             "capture": None if capture is None else {"dir": str(capture.dir), "blocks": capture.blocks,

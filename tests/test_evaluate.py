@@ -65,6 +65,7 @@ def fake_vbench(monkeypatch):
         key: str
         mp4: Path
         prompt: str
+        suite: dict | None = None
 
     def score_videos(videos, dims, root):
         calls.append(([v.key for v in videos], list(dims)))
@@ -73,8 +74,10 @@ def fake_vbench(monkeypatch):
     def dimension_unavailable(dim, root):
         return None if dim == "temporal_flickering" else f"missing weights for {dim}"
 
+    from lowbit_video.metrics.vbench import suite_reason  # pure: which runs a suite-only dimension applies to
+
     mod = SimpleNamespace(VBenchVideo=VBenchVideo, score_videos=score_videos,
-                          dimension_unavailable=dimension_unavailable, VBENCH_DIMENSIONS=())
+                          dimension_unavailable=dimension_unavailable, suite_reason=suite_reason, VBENCH_DIMENSIONS=())
     monkeypatch.setattr(ev, "_vbench_module", lambda: mod)
     return calls
 

@@ -47,21 +47,56 @@ def _is_unavailable(v) -> bool:
 # ----------------------------------------------------------------------------- availability
 
 
-def test_custom_input_rejected_dimensions_match_vbench_and_are_unavailable(tmp_path):
+def test_suite_only_dimensions_match_vbench_and_need_a_prompt_of_its_suite(tmp_path):
     # the list VBench itself rejects in custom_input mode (read from the installed source when present)
     expected = {"object_class", "multiple_objects", "scene", "appearance_style", "color", "spatial_relationship"}
-    assert set(vb.CUSTOM_INPUT_UNSUPPORTED) == expected
+    assert set(vb.STANDARD_ONLY) == expected
     spec = importlib.util.find_spec("vbench")
     if spec is not None:
         src = Path(spec.origin).read_text()
         block = src[src.index("def check_dimension_requires_extra_info"):src.index("def build_full_info_json")]
         for dim in expected:
             assert f"'{dim}'" in block
+    color_prompt = {"prompt_en": "a red bicycle", "dimension": ["color"], "auxiliary_info": {"color": {"color": "red"}}}
     for dim in expected:
-        reason = vb.dimension_unavailable(dim, tmp_path)
-        assert reason is not None and "custom_input" in reason and dim in reason
-        assert dim not in vb.VBENCH_DIMENSIONS
+        assert dim in vb.VBENCH_DIMENSIONS and dim not in vb.CUSTOM_DIMENSIONS
+        reason = vb.suite_reason(dim, None)  # a free-text prompt
+        assert "standard mode" in reason and f"--prompts vbench:{dim}" in reason and "\n" not in reason
+        assert (vb.suite_reason(dim, color_prompt) is None) == (dim == "color")
+    assert all(vb.suite_reason(dim, None) is None for dim in vb.CUSTOM_DIMENSIONS)
     assert "unknown VBench dimension" in vb.dimension_unavailable("not_a_dim", tmp_path)
+
+
+def test_free_text_videos_get_no_suite_only_dimension_and_suites_reach_the_worker(tmp_path, videos, monkeypatch):
+    requests = []
+
+    def worker(todo, dims, root, **kw):
+        requests.append(([(v.key, v.suite) for v in todo], list(dims)))
+        return {"scores": {v.key: {d: 0.5 for d in dims} for v in todo}}
+
+    monkeypatch.setattr(vb, "dimension_unavailable", lambda dim, root, **kw: None)
+    monkeypatch.setattr(vb, "_run_worker", worker)
+    entry = {"prompt_en": "a red bicycle", "dimension": ["color"], "auxiliary_info": {"color": {"color": "red"}}}
+    vids = [vb.VBenchVideo("free", videos["static"], "a cat"), vb.VBenchVideo("suite", videos["moving"],
+                                                                              "a red bicycle", suite=entry)]
+    res = vb.score_videos(vids, ["temporal_flickering", "color", "scene"], tmp_path)
+    assert res["suite"]["color"] == 0.5 and res["suite"]["temporal_flickering"] == 0.5
+    assert _is_unavailable(res["suite"]["scene"]) and "does not list this prompt for scene" in res["suite"]["scene"][
+        "unavailable"]
+    assert res["free"]["temporal_flickering"] == 0.5
+    assert _is_unavailable(res["free"]["color"]) and "vbench:color" in res["free"]["color"]["unavailable"]
+    assert requests == [([("free", None), ("suite", entry)], ["temporal_flickering", "color"])]
+
+
+def test_standard_rounds_name_videos_as_vbench_looks_for_them():
+    entry = {"prompt_en": "a red bicycle", "dimension": ["color"]}
+    vids = [{"key": f"k{i}", "mp4": f"/v{i}.mp4", "prompt": "a red bicycle", "suite": entry} for i in range(7)]
+    vids.append({"key": "free", "mp4": "/f.mp4", "prompt": "a cat", "suite": None})
+    rounds = worker.standard_rounds(vids, "color")
+    assert [[(n, v["key"]) for n, v in r] for r in rounds] == [
+        [(f"a red bicycle-{i}.mp4", f"k{i}") for i in range(5)],     # VBench reads <prompt>-0 ... -4
+        [("a red bicycle-0.mp4", "k5"), ("a red bicycle-1.mp4", "k6")]]
+    assert worker.standard_rounds(vids, "scene") == []
 
 
 @needs_vbench
@@ -136,7 +171,7 @@ def test_temporal_flickering_golden_values_end_to_end(videos, tmp_path):
     assert list(res) == ["static", "moving", "noise", "gone"]
     for key in res:
         assert list(res[key]) == ["temporal_flickering", "scene", "imaging_quality"]
-        assert _is_unavailable(res[key]["scene"]) and "custom_input" in res[key]["scene"]["unavailable"]
+        assert _is_unavailable(res[key]["scene"]) and "tag2text_swin_14m.pth" in res[key]["scene"]["unavailable"]
         assert "musiq_spaq_ckpt-358bb6af.pth" in res[key]["imaging_quality"]["unavailable"]
     assert _is_unavailable(res["gone"]["temporal_flickering"])
 

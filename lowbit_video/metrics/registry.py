@@ -45,7 +45,7 @@ _VIDEO = (
     MetricSpec("adherence", "video", "tiny-shapes prompt adherence: mean of colour, motion and shape detected as prompted",
                models=("tiny-shapes",)),
 )
-# VBench dimensions usable on custom videos (evaluation-offline.md §3), with the python modules they import.
+# VBench dimensions (evaluation-offline.md §3), with the python modules they import.
 _VBENCH_INFO: dict[str, tuple[str, tuple[str, ...]]] = {
     "subject_consistency": ("VBench: DINO feature consistency of the subject across frames", ()),
     "background_consistency": ("VBench: CLIP feature consistency of the background across frames", ("clip",)),
@@ -57,6 +57,13 @@ _VBENCH_INFO: dict[str, tuple[str, tuple[str, ...]]] = {
     "human_action": ("VBench: UMT Kinetics-400 action recognition of the prompted action", ("timm",)),
     "temporal_style": ("VBench: ViCLIP video-text similarity of the temporal style", ("clip",)),
     "overall_consistency": ("VBench: ViCLIP video-text similarity of the whole prompt", ("clip",)),
+    # VBench standard mode only: runs of VBench's own prompts (generate --prompts vbench[:<dimension>])
+    "object_class": ("VBench standard mode: GRiT detects the prompted object", ("detectron2",)),
+    "multiple_objects": ("VBench standard mode: GRiT detects both prompted objects", ("detectron2",)),
+    "color": ("VBench standard mode: the prompted object has the prompted colour (GRiT)", ("detectron2",)),
+    "spatial_relationship": ("VBench standard mode: GRiT boxes in the prompted relation", ("detectron2",)),
+    "scene": ("VBench standard mode: Tag2Text caption names the prompted scene", ("timm",)),
+    "appearance_style": ("VBench standard mode: CLIP similarity to the prompted style", ("clip",)),
 }
 
 

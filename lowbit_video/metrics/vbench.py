@@ -4,7 +4,16 @@ Why a subprocess: vbench reads its cache folder into a module constant at import
 configures logging, pins old numpy/transformers (we install it without its pins plus two small shims)
 and, for any file it cannot find, shells out to `wget`. `lowbit_video.metrics.vbench_worker` isolates
 all of that: it sets the weight folders and the offline flags before `import vbench`, blocks sockets and
-downloaders, and runs `VBench(...).evaluate(..., mode="custom_input", local=True)`.
+downloaders, and runs `VBench(...).evaluate(..., local=True)`.
+
+Two modes, as VBench has them. Free-text prompts are scored in `custom_input` mode, which refuses
+six dimensions (STANDARD_ONLY: object_class, multiple_objects, color, spatial_relationship, scene,
+appearance_style) because they need the auxiliary info (object names, colours, scenes, styles) of
+VBench's own prompt suite. A run generated from that suite (`generate --prompts vbench[:<dim>]`)
+records its suite entry in meta.json; those six are then scored in VBench's standard mode
+(`vbench_standard`, reading VBench's own full-info entries for the run's prompt), for the
+dimensions the suite lists the prompt under, as VBench's standard protocol does. The other ten are
+scored in custom_input mode for every run: the same per-video functions, the prompt passed as is.
 
 What VBench reads is each run's `video.mp4` (H.264; tiny-shapes frames are upscaled x8, nearest) - the
 same file a person would look at. `temporal_flickering` needs no learned weights: it is VBench's formula
@@ -31,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-# Dimensions VBench can score in `custom_input` mode (our prompts are free text, not VBench's suite).
-VBENCH_DIMENSIONS: tuple[str, ...] = (
+# Dimensions VBench can score in `custom_input` mode (free-text prompts) ...
+CUSTOM_DIMENSIONS: tuple[str, ...] = (
     "subject_consistency",
     "background_consistency",
     "temporal_flickering",
@@ -45,11 +54,13 @@ VBENCH_DIMENSIONS: tuple[str, ...] = (
     "overall_consistency",
 )
 
-# VBench dimensions that `VBench.build_full_info_json(mode="custom_input")` rejects (vbench/__init__.py):
-# they need VBench's own prompt suite with its auxiliary info (object names, colours, scenes, styles).
-CUSTOM_INPUT_UNSUPPORTED: tuple[str, ...] = (
+# ... and those `VBench.build_full_info_json(mode="custom_input")` rejects (vbench/__init__.py): they
+# need VBench's own prompt suite with its auxiliary info (object names, colours, scenes, styles), and
+# are scored in standard mode on runs whose prompt the suite lists for them.
+STANDARD_ONLY: tuple[str, ...] = (
     "object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style",
 )
+VBENCH_DIMENSIONS: tuple[str, ...] = CUSTOM_DIMENSIONS + STANDARD_ONLY
 
 DESCRIPTIONS: dict[str, str] = {
     "subject_consistency": "VBench: DINO ViT-B/16 feature similarity to the first and previous frame",
@@ -62,6 +73,13 @@ DESCRIPTIONS: dict[str, str] = {
     "human_action": "VBench: UMT Kinetics-400 top-5 contains the action named in the prompt (1.0/0.0)",
     "temporal_style": "VBench: ViCLIP video-text similarity",
     "overall_consistency": "VBench: ViCLIP video-text similarity",
+    "object_class": "VBench standard mode (suite prompts): GRiT detects the prompted object, fraction of frames",
+    "multiple_objects": "VBench standard mode (suite prompts): GRiT detects both prompted objects, fraction of frames",
+    "color": "VBench standard mode (suite prompts): GRiT caption gives the object the prompted colour",
+    "spatial_relationship": "VBench standard mode (suite prompts): GRiT boxes in the prompted left/right/top/bottom "
+                            "relation",
+    "scene": "VBench standard mode (suite prompts): Tag2Text caption names the prompted scene, fraction of frames",
+    "appearance_style": "VBench standard mode (suite prompts): CLIP ViT-B/32 similarity to the prompted style, /100",
 }
 
 # Python modules each dimension imports (beyond torch/torchvision/numpy). `vbench` itself imports
@@ -78,6 +96,12 @@ DIMENSION_DEPS: dict[str, tuple[str, ...]] = {
     "human_action": ("timm", "einops"),
     "temporal_style": ("einops", "ftfy", "regex", "timm"),
     "overall_consistency": ("einops", "ftfy", "regex", "timm"),
+    "object_class": ("detectron2",),
+    "multiple_objects": ("detectron2",),
+    "color": ("detectron2",),
+    "spatial_relationship": ("detectron2",),
+    "scene": ("timm", "transformers"),
+    "appearance_style": ("clip", "ftfy", "regex"),
 }
 
 INSTALL_HINT = "scripts/install-vbench.sh"
@@ -90,6 +114,19 @@ class VBenchVideo:
     key: str          # caller's id for the video (e.g. the run dir); results are keyed by it
     mp4: Path         # the video VBench reads
     prompt: str       # its text prompt (used by human_action / temporal_style / overall_consistency)
+    suite: dict | None = None  # its VBench suite entry (vbench_suite.suite_entry), if its prompt is one
+
+
+def suite_reason(dim: str, suite: dict | None) -> str | None:
+    """None when a run with this suite entry (None: a free-text prompt) can be scored on `dim`; else why not."""
+    if dim not in STANDARD_ONLY:
+        return None
+    if not suite:
+        return (f"VBench scores {dim} only in its standard mode, on its own prompts listed for it (this prompt is "
+                f"not from VBench's suite: generate --prompts vbench:{dim})")
+    if dim not in (suite.get("dimension") or ()):
+        return f"VBench's suite does not list this prompt for {dim} (it does for {', '.join(suite.get('dimension') or ())})"
+    return None
 
 
 def unavailable(reason: str) -> dict[str, str]:
@@ -124,14 +161,12 @@ def _weights_reason(dim: str, root: Path, allow_unverified: bool) -> str | None:
 
 def dimension_unavailable(dim: str, root: str | os.PathLike, *, allow_unverified_weights: bool = False) -> str | None:
     """None when `dim` can be scored with the weights under `root` and the installed packages; else a
-    one-line reason (unsupported in custom_input mode, missing python packages, missing/bad weight files).
+    one-line reason (missing python packages, missing/bad weight files). Whether a run's prompt allows
+    a STANDARD_ONLY dimension is `suite_reason`'s question.
 
     `allow_unverified_weights` accepts weight files whose hash or size does not match the manifest. It
     exists for the random-weight smoke tests of the real code paths; the CLI never sets it.
     """
-    if dim in CUSTOM_INPUT_UNSUPPORTED:
-        return (f"VBench custom_input mode does not support {dim} (it needs VBench's own prompt suite "
-                "and its auxiliary info)")
     if dim not in VBENCH_DIMENSIONS:
         return f"unknown VBench dimension {dim!r}"
     missing = _missing_modules(_COMMON_DEPS + DIMENSION_DEPS[dim])
@@ -182,7 +217,8 @@ def score_videos(
 ) -> dict[str, dict[str, float | dict]]:
     """Score every video on every dimension: {video.key: {dim: float | {"unavailable": reason}}}.
 
-    Dimensions that cannot run (see `dimension_unavailable`) are reported without starting anything;
+    Dimensions that cannot run (see `dimension_unavailable`) and STANDARD_ONLY dimensions of videos
+    whose suite entry does not list them (`suite_reason`) are reported without starting anything;
     the rest run in ONE worker subprocess for all videos. A worker crash or timeout becomes
     {"unavailable": "<one line>"} for each affected video and dimension.
     """
@@ -202,19 +238,24 @@ def score_videos(
             for v in videos:
                 results[v.key][dim] = unavailable(reason)
 
-    todo = []
+    todo, wanted = [], {}
     for v in videos:
         mp4 = Path(v.mp4)
-        if mp4.is_file():
+        wanted[v.key] = []
+        for dim in runnable:
+            why = suite_reason(dim, v.suite) or (None if mp4.is_file() else f"no video file {mp4.name}")
+            if why is None:
+                wanted[v.key].append(dim)
+            else:
+                results[v.key][dim] = unavailable(why)
+        if wanted[v.key]:
             todo.append(v)
-        else:
-            for dim in runnable:
-                results[v.key][dim] = unavailable(f"no video file {mp4.name}")
 
-    if runnable and todo:
-        worker = _run_worker(todo, runnable, root, timeout=timeout, device=device)
+    dims_todo = [d for d in runnable if any(d in wanted[v.key] for v in todo)]
+    if dims_todo:
+        worker = _run_worker(todo, dims_todo, root, timeout=timeout, device=device)
         for v in todo:
-            for dim in runnable:
+            for dim in wanted[v.key]:
                 if "error" in worker:
                     results[v.key][dim] = unavailable(worker["error"])
                 else:
@@ -235,7 +276,8 @@ def _run_worker(videos: Sequence[VBenchVideo], dims: Sequence[str], root: Path, 
         req.write_text(json.dumps({
             "root": str(root),
             "dimensions": list(dims),
-            "videos": [{"key": v.key, "mp4": str(Path(v.mp4).resolve()), "prompt": v.prompt} for v in videos],
+            "videos": [{"key": v.key, "mp4": str(Path(v.mp4).resolve()), "prompt": v.prompt, "suite": v.suite}
+                       for v in videos],
             "device": device,
         }))
         env = dict(os.environ)

@@ -2,7 +2,8 @@
 
     python -m lowbit_video.metrics.vbench_worker --request REQ.json --output OUT.json
 
-REQ.json: {"root": weights root, "dimensions": [...], "videos": [{"key", "mp4", "prompt"}], "device": null|str}
+REQ.json: {"root": weights root, "dimensions": [...], "videos": [{"key", "mp4", "prompt", "suite"}],
+           "device": null|str}   ("suite": the run's VBench suite entry or null)
 OUT.json: {"scores": {key: {dim: float | {"unavailable": reason}}}, "aggregates": {dim: float|null},
            "seconds": {dim: s}, "versions": {...}, "device": str}
 
@@ -20,7 +21,11 @@ Order matters, hence this module imports nothing heavy at top level:
 5. videos are symlinked as `<prompt>-<i>.mp4` (VBench's naming; human_action reads its label from it) and
    every prompt is passed explicitly through a dict `prompt_list`;
 6. `VBench(device, full_info, out).evaluate(dir, name, prompt_list=..., dimension_list=[dim], local=True,
-   mode="custom_input")`, one dimension at a time so one failing dimension does not lose the others.
+   mode="custom_input")`, one dimension at a time so one failing dimension does not lose the others;
+7. the dimensions VBench scores only on its own suite (vbench.STANDARD_ONLY) run in `vbench_standard`
+   mode on the videos whose request entry carries a suite entry listing them: linked as
+   `<prompt>-<i>.mp4` (i < 5, as VBench looks for them; more videos of a prompt go to another
+   round), with VBench's own full-info entries of those prompts as the full-info file.
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ import traceback
 import types
 from pathlib import Path
 
+from .vbench import STANDARD_ONLY
+
 BLOCKED_PROGRAMS = {"wget", "curl", "git", "unzip"}
+VIDEOS_PER_PROMPT = 5  # VBench's standard mode looks for <prompt>-0.mp4 ... <prompt>-4.mp4
 
 
 class NetworkBlocked(OSError):
@@ -170,6 +178,51 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
 
+def standard_rounds(videos: list[dict], dim: str) -> list[list[tuple[str, dict]]]:
+    """The videos whose suite entry lists `dim`, named as VBench's standard mode looks for them,
+    `<prompt>-<i>.mp4` with i < VIDEOS_PER_PROMPT; more videos of one prompt go to further rounds
+    (separate evaluations), so none is left out."""
+    per_prompt: dict[str, list[dict]] = {}
+    for v in videos:
+        suite = v.get("suite") or {}
+        if dim in (suite.get("dimension") or ()):
+            per_prompt.setdefault(suite.get("prompt_en") or v["prompt"], []).append(v)
+    rounds: list[list[tuple[str, dict]]] = []
+    for prompt, vs in per_prompt.items():
+        for i, v in enumerate(vs):
+            r, idx = divmod(i, VIDEOS_PER_PROMPT)
+            while len(rounds) <= r:
+                rounds.append([])
+            rounds[r].append((f"{prompt}-{idx}.mp4", v))
+    return rounds
+
+
+def _evaluate_standard(VBench, load_json, device: str, dim: str, videos: list[tuple[str, dict]], index: int,
+                       work: Path) -> tuple[list, dict[str, str]]:
+    """One `vbench_standard` evaluation of `dim` over one round: VBench's own full-info entries of
+    these prompts (cut from VBench_full_info.json to them, so no other prompt counts as missing).
+    Returns (VBench's [aggregate, per-video results], file name -> video key)."""
+    import torch
+
+    from ..vbench_suite import entries_for
+
+    folder = work / f"standard-{dim}-{index}"
+    folder.mkdir(parents=True)
+    names = {}
+    for name, v in videos:
+        if Path(name).name != name or "\0" in name:
+            raise ValueError(f"VBench names videos after their prompt, and {name!r} is no file name")
+        (folder / name).symlink_to(Path(v["mp4"]).resolve())
+        names[name] = v["key"]
+    prompts = [(v.get("suite") or {}).get("prompt_en") or v["prompt"] for _, v in videos]
+    info = work / f"standard-{dim}-{index}-full_info.json"
+    info.write_text(json.dumps(entries_for(prompts, dim)))
+    run_name = f"lowbit_{dim}_standard_{index}"
+    bench = VBench(torch.device(device), str(info), str(work / "out"))
+    bench.evaluate(str(folder), run_name, dimension_list=[dim], local=True, read_frame=False, mode="vbench_standard")
+    return load_json(str(work / "out" / f"{run_name}_eval_results.json"))[dim], names
+
+
 def run(request: dict) -> dict:
     root = Path(request["root"]).resolve()
     dims: list[str] = list(request["dimensions"])
@@ -199,29 +252,37 @@ def run(request: dict) -> dict:
         import time
         for dim in dims:
             start = time.perf_counter()
+            standard = dim in STANDARD_ONLY
+            rounds = standard_rounds(videos, dim) if standard else []
+            eligible = [v["key"] for r in rounds for _, v in r] if standard else list(scores)
             try:
                 importlib.import_module(f"vbench.{dim}")
-                name = f"lowbit_{dim}"
-                bench.evaluate(str(work / "videos"), name, prompt_list=dict(prompts), dimension_list=[dim],
-                               local=True, read_frame=False, mode="custom_input")
-                result = load_json(str(work / "out" / f"{name}_eval_results.json"))[dim]
+                if standard:
+                    results = [_evaluate_standard(VBench, load_json, device, dim, r, i, work)
+                               for i, r in enumerate(rounds)]
+                else:
+                    name = f"lowbit_{dim}"
+                    bench.evaluate(str(work / "videos"), name, prompt_list=dict(prompts), dimension_list=[dim],
+                                   local=True, read_frame=False, mode="custom_input")
+                    results = [(load_json(str(work / "out" / f"{name}_eval_results.json"))[dim], keys)]
             except BaseException as exc:  # noqa: BLE001 - one failing dimension must not lose the others
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 traceback.print_exc(file=sys.stderr)
                 reason = one_line(exc)
-                for key in scores:
+                for key in eligible:
                     scores[key][dim] = {"unavailable": f"VBench {dim} failed: {reason}"}
                 continue
             finally:
                 seconds[dim] = round(time.perf_counter() - start, 3)
-            agg, per_video = result[0], result[1]
+            agg = results[0][0][0] if len(results) == 1 else None  # VBench's own aggregate of one evaluation
             aggregates[dim] = float(agg) if isinstance(agg, (int, float)) and math.isfinite(agg) else None
-            for item in per_video:
-                key = keys.get(Path(item["video_path"]).name)
-                if key is not None:
-                    scores[key][dim] = per_video_value(dim, item["video_results"])
-            for key in scores:   # VBench silently skips a video it cannot decode (temporal_flickering)
+            for (_, per_video), names in results:
+                for item in per_video:
+                    key = names.get(Path(item["video_path"]).name)
+                    if key is not None:
+                        scores[key][dim] = per_video_value(dim, item["video_results"])
+            for key in eligible:   # VBench silently skips a video it cannot decode (temporal_flickering)
                 scores[key].setdefault(dim, {"unavailable": "VBench could not read this video"})
 
     from importlib.metadata import PackageNotFoundError, version

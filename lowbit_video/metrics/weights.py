@@ -83,7 +83,7 @@ MANIFEST: tuple[WeightFile, ...] = (
                "facebookresearch/dino: dino_vitbase16_pretrain.pth (DINO ViT-B/16)"),
     WeightFile("dino-hub-code", "vbench/dino_model/facebookresearch_dino_main", ("subject_consistency",), None, None,
                "a checkout of github.com/facebookresearch/dino (main), for torch.hub's local load", kind="dir"),
-    WeightFile("clip-vit-b-32", "vbench/clip_model/ViT-B-32.pt", ("background_consistency",),
+    WeightFile("clip-vit-b-32", "vbench/clip_model/ViT-B-32.pt", ("background_consistency", "appearance_style"),
                "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af", None, "OpenAI CLIP ViT-B/32 (TorchScript .pt)"),
     WeightFile("clip-vit-l-14", "vbench/clip_model/ViT-L-14.pt", ("aesthetic_quality",),
                "b8cca3fd41ae0c99ba7e8951adf17d267cdb84cd88be6f7c2e0eca1737a03836", None, "OpenAI CLIP ViT-L/14 (TorchScript .pt)"),
@@ -108,6 +108,9 @@ MANIFEST: tuple[WeightFile, ...] = (
                "GRiT release grit_b_densecap_objectdet.pth (" + _HF_USED + "); needs detectron2"),
     WeightFile("tag2text", "vbench/caption_model/tag2text_swin_14m.pth", ("scene",), None, None,
                "HF xinyu1205/recognize-anything tag2text_swin_14m.pth"),
+    WeightFile("bert-base-uncased", "huggingface/hub/models--bert-base-uncased", ("scene",), None, None,
+               "HF google-bert/bert-base-uncased in the Hugging Face cache layout (Tag2Text builds its text "
+               "branch and tokenizer from it; the VBench worker's HF_HOME is <root>/huggingface)", kind="dir"),
 )
 
 
