@@ -179,7 +179,7 @@ class _Prechecks:
         if not _applies(spec, job.meta):
             return f"{name} scores {', '.join(spec.models)} runs only (this run: {_name(job.meta, 'model')})"
         if spec.kind == "vbench":  # the suite-only dimensions need a prompt of VBench's suite listed for them
-            return self._once(name) or _vbench_suite_reason(name, job.meta)
+            return _vbench_suite_reason(name, job.meta) or self._once(name)
         return self._once(name)
 
 

@@ -171,7 +171,7 @@ def test_temporal_flickering_golden_values_end_to_end(videos, tmp_path):
     assert list(res) == ["static", "moving", "noise", "gone"]
     for key in res:
         assert list(res[key]) == ["temporal_flickering", "scene", "imaging_quality"]
-        assert _is_unavailable(res[key]["scene"]) and "tag2text_swin_14m.pth" in res[key]["scene"]["unavailable"]
+        assert _is_unavailable(res[key]["scene"]) and "vbench:scene" in res[key]["scene"]["unavailable"]
         assert "musiq_spaq_ckpt-358bb6af.pth" in res[key]["imaging_quality"]["unavailable"]
     assert _is_unavailable(res["gone"]["temporal_flickering"])
 

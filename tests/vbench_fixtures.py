@@ -130,6 +130,11 @@ def write_random_clip(path: Path, embed_dim: int) -> None:
     torch.jit.save(traced, str(path))
 
 
+def write_random_clip_b32(root: Path) -> None:
+    """A tiny TorchScript CLIP at vbench/clip_model/ViT-B-32.pt (background_consistency, appearance_style)."""
+    write_random_clip(root / "vbench" / "clip_model" / "ViT-B-32.pt", 512)
+
+
 def write_random_aesthetic(root: Path) -> None:
     import torch
 

@@ -63,13 +63,12 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
     then waits for the other ranks (torchrun). A process that only does its share (Resolved.share_only)
     returns [] without reading any capture."""
     from .. import distributed
-    from ..generate import GenerateConfig, resolve
+    from ..generate import resolve
     from ..models.capture import CaptureSpec
     from ..recipes import load_recipe
 
     rep = reporter or Reporter()
-    cfg = GenerateConfig(model=r.model, recipes=[cap.recipe], prompts_file=r.prompts, seeds=list(r.seeds),
-                         steps=r.steps, out=capture_root(r.out), device=r.device, **r.size)
+    cfg = r.generate_config(recipes=[cap.recipe], out=capture_root(r.out))
     res = resolve(cfg)
     if cap.step >= res.steps:
         raise UserError(f"capture step {cap.step} is past the last denoising step ({res.steps} steps)")
@@ -92,7 +91,7 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
             if model is None:
                 from ..models.registry import load_model
 
-                model = load_model(res.info.name, device=distributed.device_for(r.device, spec))
+                model = load_model(res.info.name, path=r.model_path, device=distributed.device_for(r.device, spec))
             if run.dir.is_dir():
                 for p in run.dir.iterdir():  # stale files of other settings
                     if p.is_file():

@@ -20,7 +20,9 @@ class AblateOptions:
     """CLI overrides (None: the study's [run] defaults). height/width/frames: library-only (tests)."""
 
     model: str | None = None
-    prompts: str | None = None
+    model_path: str | None = None  # checkpoint folder of a real model (as generate --model-path)
+    prompts: str | None = None     # a prompts file, or VBench's suite: "vbench" / "vbench:<dimension>"
+    prompt_limit: int | None = None
     seeds: Sequence[int] | None = None
     steps: int | None = None
     out: str = DEFAULT_OUT
@@ -45,6 +47,16 @@ class Resolved:
     weights_dir: str | None
     size: dict = field(default_factory=dict)  # height/width/frames overrides (tests)
     shard: Any = None  # distributed.ShardSpec (None: one process)
+    model_path: str | None = None
+    prompt_limit: int | None = None
+
+    def generate_config(self, **kw: Any):
+        """The GenerateConfig of the study's runs (`kw`: recipes, out, ...)."""
+        from ..generate import GenerateConfig
+
+        return GenerateConfig(model=self.model, model_path=self.model_path, prompts_file=self.prompts,
+                              prompt_limit=self.prompt_limit, seeds=list(self.seeds), steps=self.steps,
+                              device=self.device, **self.size, **kw)
 
     @property
     def spec(self):
@@ -75,7 +87,8 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     shard = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)
     return Resolved(model=opts.model or study.run.model, prompts=opts.prompts or study.run.prompts,
                     seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=opts.device,
-                    weights_dir=opts.weights_dir, size=size, shard=shard)
+                    weights_dir=opts.weights_dir, size=size, shard=shard, model_path=opts.model_path,
+                    prompt_limit=opts.prompt_limit)
 
 
 def effective_steps(r: Resolved) -> int:
@@ -98,8 +111,13 @@ def command(study: Study, r: Resolved) -> str:
 
     known = available_studies().get(study.name)
     name = study.name if known is not None and known.resolve() == Path(study.file).resolve() else study.file
-    args = ["lowbit-video", "ablate", name, "--model", r.model, "--prompts", r.prompts,
-            "--seeds", *map(str, r.seeds)]
+    args = ["lowbit-video", "ablate", name, "--model", r.model]
+    if r.model_path:
+        args += ["--model-path", r.model_path]
+    args += ["--prompts", r.prompts]
+    if r.prompt_limit:
+        args += ["--prompt-limit", str(r.prompt_limit)]
+    args += ["--seeds", *map(str, r.seeds)]
     if r.steps is not None:
         args += ["--steps", str(r.steps)]
     args += ["--out", str(r.out)]

@@ -38,12 +38,10 @@ def generate_and_score(r: Resolved, *, baseline: str, recipes: Sequence[str], me
     from .. import compare
     from ..distributed import ShardSpec, all_gather
     from ..evaluate import evaluate_runs
-    from ..generate import GenerateConfig, generate
+    from ..generate import generate
 
     metrics = applicable_metrics(metrics, r.model)
-    gen = generate(GenerateConfig(model=r.model, recipes=[baseline, *recipes], prompts_file=r.prompts,
-                                  seeds=list(r.seeds), steps=r.steps, out=r.out, device=r.device, shard=r.spec,
-                                  **r.size), rep.generate_reporter())
+    gen = generate(r.generate_config(recipes=[baseline, *recipes], out=r.out, shard=r.spec), rep.generate_reporter())
     dirs = [x["dir"] for x in gen["runs"]]
     # This process scores the runs it owns (generate's split of the grid, which is evaluate's split of
     # the same runs). Under torchrun generate has already waited for every rank, so each baseline run

@@ -82,7 +82,9 @@ def register(app: typer.Typer) -> None:
         study: Optional[str] = typer.Argument(None, help="Study name (see --list) or a study TOML file."),
         list_: bool = typer.Option(False, "--list", help="List the studies (name, description, file) and exit."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: the study's)."),
-        prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt file (default: the study's)."),
+        model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (real models; offline), as for generate."),
+        prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt file (default: the study's), or VBench's suite: `vbench` or `vbench:<dimension>` (as for generate)."),
+        prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts (as for generate)."),
         seeds: Optional[list[str]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: the study's)."),
         steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the study's, else the model's)."),
         out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: runs as `generate --out`, captures under captures/, the study's .md/.json/.png at the top."),
@@ -128,7 +130,8 @@ def register(app: typer.Typer) -> None:
         if steps is not None and steps <= 0:
             raise UserError(f"--steps must be positive, got {steps}")
         spec = ShardSpec.from_cli_or_env(shard)
-        opts = AblateOptions(model=model, prompts=prompts, seeds=_seeds(seeds), steps=steps, out=str(out_dir),
+        opts = AblateOptions(model=model, model_path=model_path, prompts=prompts, prompt_limit=prompt_limit,
+                             seeds=_seeds(seeds), steps=steps, out=str(out_dir),
                              device=device, weights_dir=weights_dir, shard=spec)
         # under torchrun only rank 0 draws progress and prints the result; the others print one line
         talk = spec.is_main or not spec.launched

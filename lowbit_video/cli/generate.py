@@ -21,8 +21,9 @@ def register(app: typer.Typer) -> None:
 def generate(
     model: str = typer.Option("tiny-shapes", "--model", "-m", help="Model name (see `lowbit-video models`)."),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", "-r", help="Recipe name or TOML path; several: --recipe fp16 mxattention (default: fp16)."),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file, one per line, '#' comments (default: prompts/smoke.txt)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file, one per line, '#' comments (default: prompts/smoke.txt); or VBench's standard prompt suite: `vbench` (all dimensions) or `vbench:<dimension>`, e.g. vbench:color (needs the vbench package; each run records its prompt's VBench dimensions, so `evaluate` can score object_class, color, scene, ... in VBench's standard mode)."),
     prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
+    prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts: the first N (with --prompts vbench, dimensions take turns, so a small N reaches every dimension)."),
     seeds: Optional[list[int]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: 0). A seed gives the same initial noise under every recipe."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the model's)."),
     out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: <out>/<model>/<recipe>/<prompt-slug>/seed-<s>/."),
@@ -55,7 +56,8 @@ def generate(
         raise UserError("pass --prompts FILE or --prompt TEXT, not both")
     cfg = GenerateConfig(
         model=model, recipes=recipe or ["fp16"], prompts=prompt or None,
-        prompts_file=str(prompts) if prompts is not None else None, seeds=seeds or [0], steps=steps,
+        prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit, seeds=seeds or [0],
+        steps=steps,
         guidance=guidance, height=height, width=width, frames=frames, out=out_dir, model_path=model_path,
         device=device, batch=batch, capture_dir=capture_qkv, capture_blocks=capture_blocks,
         capture_steps=capture_steps, overwrite=overwrite, context_parallel=context_parallel, cp_degree=cp_degree,

@@ -229,21 +229,14 @@ def score_videos(
         raise ValueError("VBenchVideo keys must be unique")
     results: dict[str, dict[str, float | dict]] = {v.key: {} for v in videos}
 
-    runnable: list[str] = []
-    for dim in dims:
-        reason = dimension_unavailable(dim, root, allow_unverified_weights=allow_unverified_weights)
-        if reason is None:
-            runnable.append(dim)
-        else:
-            for v in videos:
-                results[v.key][dim] = unavailable(reason)
-
+    cannot = {d: dimension_unavailable(d, root, allow_unverified_weights=allow_unverified_weights) for d in dims}
     todo, wanted = [], {}
     for v in videos:
         mp4 = Path(v.mp4)
         wanted[v.key] = []
-        for dim in runnable:
-            why = suite_reason(dim, v.suite) or (None if mp4.is_file() else f"no video file {mp4.name}")
+        for dim in dims:
+            why = (suite_reason(dim, v.suite) or cannot[dim]
+                   or (None if mp4.is_file() else f"no video file {mp4.name}"))
             if why is None:
                 wanted[v.key].append(dim)
             else:
@@ -251,7 +244,7 @@ def score_videos(
         if wanted[v.key]:
             todo.append(v)
 
-    dims_todo = [d for d in runnable if any(d in wanted[v.key] for v in todo)]
+    dims_todo = [d for d in dims if any(d in wanted[v.key] for v in todo)]
     if dims_todo:
         worker = _run_worker(todo, dims_todo, root, timeout=timeout, device=device)
         for v in todo:
