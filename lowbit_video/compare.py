@@ -68,9 +68,10 @@ VBENCH_DIMENSIONS = (
     "subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
     "dynamic_degree", "aesthetic_quality", "imaging_quality", "human_action", "temporal_style",
     "overall_consistency",
-    # VBench standard mode only (runs of VBench's own prompts, generate --prompts vbench)
-    "object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style",
 )
+# VBench standard mode only (runs of VBench's own prompts, generate --prompts vbench): a column only
+# where some run has a value, not for every free-text run that is (rightly) told it cannot have one
+SUITE_ONLY = ("object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style")
 PAIRED = ("cosine", "ssim", "psnr", "lpips")
 OPTIONAL_PAIRED = ("mse",)  # paired, shown (after PSNR) only where scored: no paper but RotateAttention reports it
 LOWER_IS_BETTER = frozenset({"lpips", "mse"})
@@ -259,12 +260,16 @@ def _mean(values: list[Value], n_label: str = "runs") -> Value:
 
 def _columns(runs: list[RunInfo], tiny: bool) -> list[str]:
     present: "OrderedDict[str, None]" = OrderedDict()
+    scored = set()
     for r in runs:
-        for k in ((r.metrics or {}).get("metrics") or {}):
+        for k, v in ((r.metrics or {}).get("metrics") or {}).items():
             present[k] = None
+            if not isinstance(v, dict):
+                scored.add(k)
     cols = list(PAPER_VBENCH)
     cols += [d for d in VBENCH_DIMENSIONS if d in present and d not in cols]
-    known = set(VBENCH_DIMENSIONS) | set(PAIRED) | set(OPTIONAL_PAIRED) | {"adherence"}
+    cols += [d for d in SUITE_ONLY if d in scored]
+    known = set(VBENCH_DIMENSIONS) | set(SUITE_ONLY) | set(PAIRED) | set(OPTIONAL_PAIRED) | {"adherence"}
     cols += sorted(k for k in present if k not in known)
     for c in PAIRED:
         cols.append(c)

@@ -46,7 +46,7 @@ def test_manifest_covers_lpips_and_the_vbench_files():
                 "vbench/umt_model/l16_ptk710_ftk710_ftk400_f16_res224.pth", "vbench/ViCLIP/ViClip-InternVid-10M-FLT.pth"):
         assert rel in by_rel, rel
     assert len({w.key for w in MANIFEST}) == len(MANIFEST)
-    assert all(w.relpath.startswith(("torch/", "vbench/")) for w in MANIFEST)
+    assert all(w.relpath.startswith(("torch/", "vbench/", "huggingface/")) for w in MANIFEST)
     assert all(w.sha256 is None or len(w.sha256) >= 8 for w in MANIFEST)
 
 

@@ -138,3 +138,17 @@ def test_suite_run_is_scored_in_vbench_standard_mode(wan_folder, tmp_path):
     assert "not from VBench's suite" in free["appearance_style"]["unavailable"]
     assert "ViT-B-32.pt" in suite["appearance_style"]["unavailable"]  # the random file fails the manifest hash
     assert "unavailable" in suite["color"]
+
+
+def test_ablate_passes_the_suite_limit_and_checkpoint_to_its_runs(wan_folder, tmp_path):
+    from lowbit_video.ablate.common import AblateOptions, command
+    from lowbit_video.ablate.common import resolve as resolve_study
+    from lowbit_video.ablate.studies import load_study
+
+    study = load_study("table3")
+    r = resolve_study(study, AblateOptions(model="wan2.1-t2v-1.3b", model_path=str(wan_folder),
+                                           prompts="vbench:scene", prompt_limit=2, out=str(tmp_path)))
+    res = resolve(r.generate_config(recipes=["fp16"], out=tmp_path))
+    assert res.prompts == ["alley", "amusement park"] and set(res.suite) == set(res.prompts)
+    line = command(study, r)
+    assert f"--model-path {wan_folder}" in line and "--prompts vbench:scene --prompt-limit 2" in line

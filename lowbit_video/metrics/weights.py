@@ -10,7 +10,8 @@ Layout under the root (see ../shared/notes/evaluation-offline.md §6):
 
 * `torch/`  is used as TORCH_HOME: `torch/hub/checkpoints/<name>-<sha256[:8]>.pth` (torchvision's
   own naming; torchvision trusts any file there, so the hash is checked here instead);
-* `vbench/` is used as VBENCH_CACHE_DIR: `clip_model/`, `amt_model/`, `raft_model/models/`, ...
+* `vbench/` is used as VBENCH_CACHE_DIR: `clip_model/`, `amt_model/`, `raft_model/models/`, ...;
+* `huggingface/` is the VBench worker's HF_HOME (the Hugging Face cache layout: `hub/models--<name>`).
 
 The root is `--weights-dir`, else $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights.
 
