@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from lowbit_video.attention import attend, exact_attention
-from lowbit_video.recipes import available_recipes, load_recipe
+from lowbit_video.recipes import load_recipe
 
 from kernel_helpers import (  # noqa: E402  (shared helpers and tolerances)
     HAS_TRITON, REPO, check_against_reference, interpreter_kernels, needs_cuda, rel_l2, run_interpreted)
@@ -51,9 +51,12 @@ VIEWS = ("fused-bnhd", "fused-bhnd", "offset-bhnd", "contiguous")
 
 
 def kernel_recipes() -> dict[str, str]:
-    """Every shipped recipe a kernel runs, by kind: "dense", "draft" or "quantized"."""
+    """Every shipped recipe a kernel runs (the dispatch table's list: recipes its rows refuse, such as the
+    non-orthogonal rotation control, run on the engine only), by kind: "dense", "draft" or "quantized"."""
+    from lowbit_video.kernels.dispatch import kernel_recipes as table_recipes
+
     out = {}
-    for name in sorted(available_recipes()):
+    for name in sorted(table_recipes()):
         a = load_recipe(name).attention
         out[name] = a.kind if a.kind in ("dense", "draft") else "quantized"
     return out
