@@ -152,3 +152,22 @@ def test_ablate_passes_the_suite_limit_and_checkpoint_to_its_runs(wan_folder, tm
     assert res.prompts == ["alley", "amusement park"] and set(res.suite) == set(res.prompts)
     line = command(study, r)
     assert f"--model-path {wan_folder}" in line and "--prompts vbench:scene --prompt-limit 2" in line
+
+
+def test_cli_generate_takes_the_suite_and_a_limit(wan_folder, tmp_path):
+    from typer.testing import CliRunner
+
+    from lowbit_video import runstore
+    from lowbit_video.cli import app
+
+    base = ["generate", "--model", "wan2.1-t2v-1.3b", "--model-path", str(wan_folder), "--steps", "1",
+            "--height", "32", "--width", "32", "--frames", "9", "--guidance", "1", "--out", str(tmp_path)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = CliRunner().invoke(app, [*base, "--prompts", "vbench:color", "--prompt-limit", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    (run,) = runstore.find_runs([tmp_path])
+    meta = runstore.read_meta(run)
+    assert meta["prompt"] == "a red bicycle" and meta["vbench"]["auxiliary_info"] == {"color": {"color": "red"}}
+    bad = CliRunner().invoke(app, [*base, "--prompts", "vbench:colour"])
+    assert bad.exit_code == 2 and "no dimension 'colour'" in bad.output
