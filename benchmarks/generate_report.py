@@ -66,11 +66,11 @@ def markdown(table: list[dict]) -> str:
         return "" if v is None else f"{v:.{digits}f}"
 
     lines = ["| model | recipe | steps (quantized) | clip (s) | quantized step (s) | × fp16 | mean step (s) | × fp16 "
-             "| peak memory (GiB) | attention calls: quantized / 16-bit / fallback |",
+             "| peak memory (GiB) | attention calls: quantized (of them on the engine) / 16-bit / fallback |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         c = r["calls"]
-        calls = " / ".join(str(c.get(k, 0)) for k in ("quantized", "high", "fallback"))
+        calls = f"{c.get('quantized', 0)} ({c.get('engine', 0)}) / {c.get('high', 0)} / {c.get('fallback', 0)}"
         lines.append(f"| {r['model']} | {r['recipe']} | {r['steps']} ({r['quantized_steps']}) | {sec(r['clip_s'], 1)} "
                      f"| {sec(r['quantized_step_s'])} | {x(r['x_fp16_quantized_step'])} | {sec(r['mean_step_s'])} "
                      f"| {x(r['x_fp16_mean_step'])} | {r['peak_memory_gib']} | {calls} |")

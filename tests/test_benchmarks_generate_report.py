@@ -21,7 +21,7 @@ def _run(root, recipe, seed, steps, clip_s):
     d.mkdir(parents=True)
     meta = {"model": {"name": "wan2.1-t2v-1.3b"}, "recipe": {"name": recipe}, "seed": seed, "steps": len(steps),
             "timings": {"sample_s": clip_s, "transformer_s_per_step": steps, "peak_memory_gib": 20.5},
-            "attention_calls": {"quantized": 4, "high": 2, "fallback": 0,
+            "attention_calls": {"quantized": 4, "high": 2, "fallback": 0, "engine": 0,
                                 "by_step": {str(i): {"quantized": int(i >= 2)} for i in range(len(steps))}},
             "files": {}}
     (d / "meta.json").write_text(json.dumps(meta))
@@ -40,7 +40,7 @@ def test_last_seed_quantized_and_mean_steps(tmp_path, capsys):
     assert sage["x_fp16_quantized_step"] == 1.25
     assert sage["mean_step_s"] == pytest.approx(1.7) and sage["x_fp16_mean_step"] == round(2.0 / 1.7, 3)
     assert _load().main([str(tmp_path)]) == 0
-    assert ("| wan2.1-t2v-1.3b | sage2-int8 | 5 (3) | 18.0 | 1.600 | 1.250× | 1.700 | 1.176× | 20.5 | 4 / 2 / 0 |"
+    assert ("| wan2.1-t2v-1.3b | sage2-int8 | 5 (3) | 18.0 | 1.600 | 1.250× | 1.700 | 1.176× | 20.5 | 4 (0) / 2 / 0 |"
             in capsys.readouterr().out)
 
 

@@ -154,9 +154,9 @@ def test_high_precision_steps_are_counted_per_step(wan_pipe):
         wan_pipe(prompt=WAN_PROMPT, latents=cpu_noise(WAN_LATENT, 0), **dict(WAN_CALL, num_inference_steps=3))
     calls = handle.calls
     assert calls["num_steps"] == 3
-    assert calls["by_step"]["0"] == {"quantized": 0, "high": 2 * 2 * 2, "fallback": 0}
+    assert calls["by_step"]["0"] == {"quantized": 0, "high": 2 * 2 * 2, "fallback": 0, "engine": 0}
     for step in ("1", "2"):  # self-attention quantized, cross-attention 16-bit (policy apply_to = self)
-        assert calls["by_step"][step] == {"quantized": 2 * 2, "high": 2 * 2, "fallback": 0}
+        assert calls["by_step"][step] == {"quantized": 2 * 2, "high": 2 * 2, "fallback": 0, "engine": 0}
     assert (calls["quantized"], calls["high"], calls["fallback"]) == (8, 16, 0)
 
 
@@ -223,3 +223,25 @@ def test_sage2_int8_on_a_wan21_1_3b_sized_transformer_runs_the_kernels(monkeypat
     assert torch.isfinite(out).all() and not torch.equal(out, dense)
     cos = torch.nn.functional.cosine_similarity(out.flatten(), dense.flatten(), dim=0).item()
     assert cos > 0.99, cos
+    assert calls["engine"] == 0
+
+
+@pytest.mark.gpu
+def test_calls_no_kernel_takes_on_cuda_are_counted_as_engine_and_said_once():
+    """The tiny Wan pipeline's head_dim is 32, which no kernel takes: on CUDA its quantized calls run the
+    float64 engine, each counted as "engine" (and as "quantized"), with one warning per use."""
+    pipe = tiny_wan_pipeline().to("cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    t = pipe.transformer
+    inputs = dict(hidden_states=torch.randn(1, 16, 3, 8, 8, generator=g, device="cuda"),
+                  encoder_hidden_states=torch.randn(1, 8, t.config.text_dim, generator=g, device="cuda"),
+                  timestep=torch.tensor([500], device="cuda"), return_dict=False)
+    with warnings.catch_warnings(record=True) as seen, torch.inference_mode():
+        warnings.simplefilter("always")
+        with use_recipe(t, "mxattention") as handle:
+            t(**inputs)
+            t(**inputs)
+    calls = handle.calls
+    assert calls["quantized"] == calls["engine"] == 2 * 2  # two forwards x two blocks' self-attention
+    said = [w for w in seen if "reference engine" in str(w.message)]
+    assert len(said) == 1 and "head_dim 32" in str(said[0].message)

@@ -2,7 +2,7 @@
 
     with use_recipe(pipe, "sage2-int8") as handle:     # pipe.transformer (and .transformer_2)
         frames = pipe(prompt, ...).frames
-    handle.calls   # attention calls by precision: {"quantized", "high", "fallback", "by_step", ...}
+    handle.calls   # attention calls by precision: {"quantized", "high", "fallback", "engine", "by_step", ...}
 
     handle = install_recipe(pipe, "sage2-int8")        # the same, as an explicit pair
     ...
@@ -154,9 +154,10 @@ class RecipeHandle:
 
     @property
     def calls(self) -> dict[str, Any]:
-        """Attention calls so far: {"quantized", "high", "fallback", "by_step", "by_expert", "num_steps"}
+        """Attention calls so far: {"quantized", "high", "fallback", "engine", "by_step", "by_expert", "num_steps"}
         ("high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
-        the quantized path could not express the call's mask)."""
+        the quantized path could not express the call's mask; "engine": quantized calls on a CUDA device that
+        no kernel takes, run by the float64 reference engine instead)."""
         return self.context.summary()
 
     def install(self) -> "RecipeHandle":

@@ -83,7 +83,7 @@ class InjectionContext:
         self.expert = "transformer"  # which transformer of the pipeline runs (Wan2.2 A14B: two)
         # Global prompt index of each conditional batch row; the sampler sets it per batch.
         self.batch_prompts: list[int] = [0]
-        # (expert, block, step, attention_type, "quantized" | "high" | "fallback") -> number of calls
+        # (expert, block, step, attention_type, "quantized" | "high" | "fallback" | "engine") -> number of calls
         self.stats: Counter = Counter()
         self._warned: set[str] = set()
         self.injection: Any = None  # the Injection that installed the processors (injection.py)
@@ -117,11 +117,13 @@ class InjectionContext:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready counts of attention calls by precision and by step."""
-        out: dict[str, Any] = {"quantized": 0, "high": 0, "fallback": 0, "by_step": {}, "by_expert": {}}
+        # "engine": quantized calls on a CUDA device that no kernel could take, so the float64 reference
+        # engine ran them (a part of "quantized"; at video sizes such a call takes minutes, so it is counted)
+        out: dict[str, Any] = {"quantized": 0, "high": 0, "fallback": 0, "engine": 0, "by_step": {}, "by_expert": {}}
         for (expert, block, step, kind, how), n in sorted(self.stats.items()):
             out[how] += n
             for key, table in ((str(step), out["by_step"]), (expert, out["by_expert"])):
-                table.setdefault(key, {"quantized": 0, "high": 0, "fallback": 0})[how] += n
+                table.setdefault(key, {"quantized": 0, "high": 0, "fallback": 0, "engine": 0})[how] += n
         out["num_steps"] = self.tracker.num_steps
         return out
 
@@ -294,6 +296,7 @@ class _RecipeProcessorMixin:
     def _attend(self, q, k, v, *, attention_type: str, text_tokens: int) -> torch.Tensor:
         recipe = self.ctx.recipe
         if not self.ctx.dispatch.geometry:
+            self._count_engine(q, k, None, attention_type)
             return attend(q, k, v, recipe, layout="BNHD", rope_segments=self.rope_segments)
         grid = self.ctx.grid
         n = q.shape[1]
@@ -301,6 +304,7 @@ class _RecipeProcessorMixin:
             raise ShapeError(f"{self.ctx.dispatch.name} recipe: cannot lay out {n} tokens as the video grid {grid} "
                              f"plus {text_tokens} text tokens")
         geometry = VideoGeometry(int(grid[0]), int(grid[1]), int(grid[2]), prefix=int(text_tokens))
+        self._count_engine(q, k, geometry, attention_type)
         if not text_tokens:
             return attend(q, k, v, recipe, layout="BNHD", rope_segments=self.rope_segments, geometry=geometry)
         # Text follows the video here; VideoGeometry wants it first.
@@ -308,6 +312,21 @@ class _RecipeProcessorMixin:
         out = attend(front(q), front(k), front(v), recipe, layout="BNHD", rope_segments=self.rope_segments,
                      geometry=geometry)
         return torch.cat([out[:, text_tokens:], out[:, :text_tokens]], dim=1)
+
+    def _count_engine(self, q, k, geometry, attention_type: str) -> None:
+        """Count (and say once) a quantized call on CUDA that `attend` will give the float64 engine."""
+        if not q.is_cuda:
+            return
+        spec = self.ctx.recipe.attention
+        qb, kb = q.transpose(1, 2), k.transpose(1, 2)  # BHND views, as attend passes them on
+        if dispatch.kernel_runs(spec, qb, kb, geometry):
+            return
+        ctx = self.ctx
+        ctx.stats[(self.expert, self.block_index, ctx.tracker.step, attention_type, "engine")] += 1
+        why = (dispatch.supports(spec, q.device, q.shape[-1])[1]
+               or dispatch.refuse_call(dispatch.variant_of(spec), qb, kb, geometry) or "no kernel for this call")
+        ctx.warn_once("engine", f"{ctx.recipe.name}: no kernel takes these calls ({why}); they run on the float64 "
+                      "reference engine on the GPU (exact, slow; counted as 'engine' in the attention calls)")
 
     # -- captures
 
