@@ -251,7 +251,7 @@ def render_markdown(result: dict, study: Study, comp, order, metrics) -> str:
         share_text = (f" The recipes' FP16 fallback policies quantize {', '.join(f'{v:.0%}' for v in vals)} of the "
                       f"self-attention calls ({len(result['operator']['capture']['blocks'])} blocks x "
                       f"{result['steps']} steps).")
-    lines = [f"# {study.description}", "", f"Paper: {study.paper}.", "", f"Command: `{result['command']}`", "",
+    lines = [f"# {study.description}", "", f"Command: `{result['command']}`", "", f"Paper: {study.paper}.", "",
              f"Model {result['model']}, prompts {result['prompts']}, seeds {result['seeds']}, steps {result['steps']}."
              f"{share_text} Videos: Cosine, SSIM, PSNR (and MSE, 0-255 scale) against "
              f"{p.baseline} of the same prompt and seed, averaged over frames, then over prompts x seeds; bold: "
