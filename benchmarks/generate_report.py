@@ -7,8 +7,9 @@ Reads every complete run's meta.json under RUNS (written by `generate`: timings 
 attention_calls). Per recipe it takes the run of its last seed. Two step times:
 * quantized step: the median over the steps whose attention the recipe quantized (its precision
   policy keeps some steps in 16 bit: a recipe's speed-up is measured on the others);
-* mean step: the mean over every step but the first (the first absorbs one-time costs: kernel
-  compilation, allocator warm-up), the policy included: what a clip of that many steps gets.
+* mean step: the mean over the steps, the policy included (what a clip of that many steps gets),
+  leaving out the first step and the first quantized step: they absorb one-time costs (kernel
+  compilation, cuDNN and allocator warm-up), paid once per process, not per clip.
 Ratios are fp16's time over the recipe's, fp16 from the same model in the same folder.
 """
 
@@ -38,12 +39,15 @@ def rows(root: str | Path) -> list[dict]:
             calls = meta.get("attention_calls") or {}
             per_step = t["transformer_s_per_step"]
             by_step = calls.get("by_step") or {}
-            quantized = [s for i, s in enumerate(per_step) if (by_step.get(str(i)) or {}).get("quantized")]
+            is_quantized = [bool((by_step.get(str(i)) or {}).get("quantized")) for i in range(len(per_step))]
+            quantized = [s for s, q in zip(per_step, is_quantized) if q]
+            warm_up = {0, is_quantized.index(True)} if any(is_quantized) else {0}
+            warm = [s for i, s in enumerate(per_step) if i not in warm_up]
             last[key] = {"model": model, "recipe": recipe, "seed": meta.get("seed"),
                          "size": meta.get("size"), "steps": len(per_step), "quantized_steps": len(quantized),
                          "clip_s": t.get("sample_s"),
                          "quantized_step_s": statistics.median(quantized) if quantized else None,
-                         "mean_step_s": statistics.fmean(per_step[1:] or per_step),
+                         "mean_step_s": statistics.fmean(warm or per_step), "step_s": per_step,
                          "peak_memory_gib": t.get("peak_memory_gib"),
                          "calls": {k: calls.get(k) for k in ("quantized", "high", "fallback", "engine")
                                    if k in calls}}

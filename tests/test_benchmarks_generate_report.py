@@ -31,16 +31,17 @@ def test_last_seed_quantized_and_mean_steps(tmp_path, capsys):
     # the policy keeps steps 0 and 1 in 16 bit (by_step: quantized from step 2 on)
     _run(tmp_path, "fp16", 0, [9.0, 2.0, 2.0, 2.0], 30.0)  # seed 0: compilation in its first step
     _run(tmp_path, "fp16", 1, [3.0, 2.0, 2.0, 2.0, 2.0], 20.0)
-    _run(tmp_path, "sage2-int8", 1, [5.0, 2.0, 1.5, 1.7, 1.6], 18.0)
+    _run(tmp_path, "sage2-int8", 1, [5.0, 2.0, 4.5, 1.7, 1.6, 1.5], 18.0)  # step 2: first quantized (compiles)
     rows = _load().rows(tmp_path)
     assert [r["recipe"] for r in rows] == ["fp16", "sage2-int8"]
     fp16, sage = rows
     assert fp16["seed"] == 1 and fp16["mean_step_s"] == 2.0 and fp16["x_fp16_mean_step"] == 1.0
-    assert sage["quantized_steps"] == 3 and sage["quantized_step_s"] == 1.6
-    assert sage["x_fp16_quantized_step"] == 1.25
+    assert sage["quantized_steps"] == 4 and sage["quantized_step_s"] == 1.65  # median of 4.5, 1.7, 1.6, 1.5
+    assert sage["x_fp16_quantized_step"] == round(2.0 / 1.65, 3)
+    # the mean leaves out step 0 and the first quantized step (2): 2.0, 1.7, 1.6, 1.5
     assert sage["mean_step_s"] == pytest.approx(1.7) and sage["x_fp16_mean_step"] == round(2.0 / 1.7, 3)
     assert _load().main([str(tmp_path)]) == 0
-    assert ("| wan2.1-t2v-1.3b | sage2-int8 | 5 (3) | 18.0 | 1.600 | 1.250× | 1.700 | 1.176× | 20.5 | 4 (0) / 2 / 0 |"
+    assert ("| wan2.1-t2v-1.3b | sage2-int8 | 6 (4) | 18.0 | 1.650 | 1.212× | 1.700 | 1.176× | 20.5 | 4 (0) / 2 / 0 |"
             in capsys.readouterr().out)
 
 
