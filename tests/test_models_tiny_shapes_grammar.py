@@ -151,3 +151,11 @@ def test_a_prompt_file_that_is_not_utf8_is_named(tmp_path):
     f.write_bytes("a red circle static on a black background\n# caf\xe9\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1.txt:2: not UTF-8 text \(byte 0xe9 at offset 47\)"):
         read_prompts(f)
+
+
+def test_the_readme_states_the_whole_vocabulary(repo):
+    import re
+
+    text = " ".join((repo / "README.md").read_text().split())
+    for role, words in (("colours", COLORS), ("shapes", SHAPES), ("motions", MOTIONS), ("backgrounds", BACKGROUNDS)):
+        assert re.search(rf"{role} {re.escape(', '.join(words))}[;.( ]", text), role

@@ -187,3 +187,11 @@ def test_include_of_a_folder_and_of_a_shipped_base_from_anywhere(tmp_path):
     assert a.p.qmax == 7.0 and a.q.qmax == 7.25 and a.rotation == "hadamard"
     with pytest.raises(RecipeError, match=r"include: no file 'nope.toml' beside it or in a recipe folder"):
         load_recipe(_write(tmp_path, "n.toml", 'include = "nope.toml"\n'))
+
+
+def test_the_readme_recipe_example_loads_from_any_folder(tmp_path, repo):
+    import re
+
+    block = re.search(r"```toml\n(# my\.toml.*?)```", (repo / "README.md").read_text(), re.S).group(1)
+    r = load_recipe(_write(tmp_path, "my.toml", block))
+    assert r.name == "mxattention-q7" and r.attention.p.qmax == 7.0 and r.attention.q.qmax == 7.25
