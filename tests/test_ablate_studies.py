@@ -124,3 +124,17 @@ def test_cli_list_json_and_one_line_errors():
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().startswith(msg) and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert res.stdout == ""
+
+
+def test_ablate_stops_the_progress_bars_of_its_runs():
+    """generate's bars, started for the study's runs, stop with the study (no stale bars below the results)."""
+    from lowbit_video.cli.ablate import _CliReporter
+
+    rep = _CliReporter(quiet=False)
+    runs = rep.generate_reporter()
+    runs.planned([object(), object()], 2)
+    closed = []
+    real_close = runs.close
+    runs.close = lambda: (closed.append(True), real_close())
+    rep.close()
+    assert closed == [True]

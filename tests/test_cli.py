@@ -121,3 +121,76 @@ def test_tensors_file_round_trip(tmp_path):
                                   ("bench", "draft")])
 def test_bench_without_a_gpu_is_one_line(args):
     assert_one_line_error(cli(*args, check=False))
+
+
+def test_help_shows_no_type_after_flags_and_int_seeds():
+    import os
+
+    env = {**os.environ, "COLUMNS": "200"}
+    for cmd in ("generate", "ablate", "evaluate"):
+        text = subprocess.run([sys.executable, "-m", "lowbit_video", cmd, "--help"], capture_output=True, text=True,
+                              env=env).stdout
+        assert "--json" in text and "<bool>" not in text, cmd
+        seeds = [l for l in text.splitlines() if "--seeds" in l]
+        assert all("<list[str]>" not in l for l in seeds), seeds
+
+
+def test_ablate_seeds_are_shown_as_integers():
+    import os
+
+    text = subprocess.run([sys.executable, "-m", "lowbit_video", "ablate", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "<list[int]>" in next(l for l in text.splitlines() if "--seeds" in l)
+
+
+@pytest.mark.parametrize("text, msg", [
+    ('name = "x"\n[attention]\nkind = "quantized"\n[attention.p]\nformat = "mxfp4"\nqmax = 1e-300\n',
+     "attention.p.qmax: must be in the open interval (3, 12)"),
+    ('name = "x"\nbogus = ' + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 deep"),
+    ('name = "fp16"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "int8"\n', "'fp16' is kept for the unquantized"),
+])
+def test_recipe_files_that_mean_nothing_are_one_line_errors(tmp_path, text, msg):
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    for args in (("recipes", "validate", str(path)), ("diagnose", "attention", "--recipe", str(path), "--seq", "64")):
+        res = cli(*args, check=False)
+        assert res.returncode == 2, args
+        assert_one_line_error(res)
+        assert msg in res.stderr, (args, res.stderr)
+
+
+def test_diagnose_titles_say_what_the_inputs_are():
+    text = cli("diagnose", "attention", "--recipe", "fp16", "--seq", "64").stdout
+    assert "synthetic gaussian, seed 0" in text and "{'" not in text
+
+
+def test_models_json_lists_the_prompt_vocabulary():
+    from lowbit_video.models.tiny_shapes.grammar import BACKGROUNDS, COLORS, MOTIONS, SHAPES
+
+    tiny = next(m for m in cli_json("models")["models"] if m["name"] == "tiny-shapes")
+    vocab = tiny["prompt_vocabulary"]
+    assert (vocab["colors"], vocab["shapes"], vocab["motions"], vocab["backgrounds"]) == (
+        list(COLORS), list(SHAPES), list(MOTIONS), list(BACKGROUNDS))
+    assert vocab["grammar"] == ["a <color> <shape> <motion> [and a <color> <shape> <motion>] on a <background> background"]
+
+
+def test_unwritable_outputs_are_one_line_errors_before_any_work(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for args, option in ((("compare", str(tmp_path / "no-runs"), "--out", "/proc/lowbit-compare.md"), "--out"),
+                         (("compare", str(tmp_path / "no-runs"), "--plots", str(a_file)), "--plots"),
+                         (("ablate", "table3", "--out", str(a_file)), "--out"),
+                         (("generate", "--out", str(a_file / "runs")), "--out")):
+        res = cli(*args, check=False)
+        assert res.returncode == 2, args
+        assert_one_line_error(res)
+        assert res.stderr.startswith(f"error: {option} "), (args, res.stderr)
+        assert "loaded" not in res.stderr
+
+
+def test_recipes_schema_states_every_range():
+    from lowbit_video.recipes import SCHEMA
+
+    fields = cli_json("recipes", "schema")["fields"]
+    assert fields == SCHEMA and "(3, 12)" in fields["attention.<op>.qmax"]
+    assert "attention.<op>.qmax" in cli("recipes", "schema").stdout

@@ -291,6 +291,9 @@ def test_cli_table(pair, tmp_path):
     out, _, _, _, _ = pair
     res = CliRunner().invoke(_cli(), ["evaluate", str(out), "--metrics", "psnr,lpips", "--weights-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
+    # stderr is no terminal here (as in CI logs): a timestamped line per run instead of a progress bar
+    assert "evaluate: 2 runs to do" in res.stderr and res.stderr.count("evaluate: run ") == 2
+    assert "evaluate: run 2/2 scored" in res.stderr
     assert "mxattention" in res.stdout and "psnr" in res.stdout
     assert "lpips" in res.stdout and "alexnet-owt-7be5be79.pth" in res.stdout  # the reason is shown
 

@@ -332,3 +332,16 @@ def test_adherence_isolates_damaged_runs(fake, tmp_path):
     assert reasons[str(bad_meta.resolve())].startswith("damaged run: unreadable meta.json")
     cli = invoke("adherence", str(tmp_path))
     assert cli.exit_code == 0 and cli.stderr.count("note: skipped") == 3 and "Traceback" not in cli.output
+
+
+def test_without_a_terminal_progress_is_a_line_per_run_and_steps(fake, tmp_path):
+    res = invoke("generate", "--recipe", "fp16", "--prompt", PROMPTS[0], "--seeds", "0", "1", "--steps", "8",
+                 "--out", str(tmp_path))
+    assert res.exit_code == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert any(l.endswith("generate: 2 runs to do") for l in lines), lines
+    assert sum(" generate: run " in l and " done (fp16 · seed " in l for l in lines) == 2
+    assert sum(": step " in l for l in lines) == 2 * 4  # steps 2, 4, 6, 8 of each run
+    assert all(l.startswith("[") and " s] " in l for l in lines if "generate:" in l)
+    quiet = invoke("generate", "--recipe", "fp16", "--prompt", PROMPTS[1], "--out", str(tmp_path), "--json")
+    assert "generate:" not in quiet.stderr

@@ -37,9 +37,14 @@ class _CliReporter:
         self.task = None
         self.started = False
         self._err = err
+        self._generate_reporters: list = []
 
     def generate_reporter(self) -> Any:
-        return RichReporter(quiet=self.quiet) if not self.quiet else _Silent()
+        if self.quiet:
+            return _Silent()
+        rep = RichReporter(quiet=self.quiet)
+        self._generate_reporters.append(rep)  # closed with this one: no stale bars below the results
+        return rep
 
     def stage(self, description: str, total: int) -> None:
         if not self.started:
@@ -63,6 +68,8 @@ class _CliReporter:
             self.task = None
 
     def close(self) -> None:
+        for rep in self._generate_reporters:
+            rep.close()
         if self.started:
             self.progress.stop()
 
@@ -85,7 +92,7 @@ def register(app: typer.Typer) -> None:
         model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (real models; offline), as for generate."),
         prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt file (default: the study's), or VBench's suite: `vbench` or `vbench:<dimension>` (as for generate)."),
         prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts (as for generate)."),
-        seeds: Optional[list[str]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: the study's)."),
+        seeds: Optional[list[str]] = typer.Option(None, "--seeds", metavar="<list[int]>", help="Seeds, e.g. --seeds 0 1 2 or 0,1,2 (default: the study's)."),
         steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the study's, else the model's)."),
         out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: runs as `generate --out`, captures under captures/, the study's .md/.json/.png at the top."),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda."),

@@ -16,9 +16,10 @@ from typing import Any, Callable
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperOption
 
 from ..errors import UserError
+from ..progress_lines import LineProgress
 
 # Tables must not be squeezed to 80 columns when stdout is a pipe or a CI log.
 _WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
@@ -26,6 +27,17 @@ out = Console(soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 
 JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON object on stdout instead of a table.")
+
+# typer's rich help prints a value type after every option, "<bool>" after flags too (--json, --overwrite,
+# --help), which take no value; the help shows none for them.
+_display_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)
+
+
+def line_progress(what: str, quiet: bool, prefix: str = "") -> LineProgress | None:
+    """Timestamped progress lines on stderr where it is not a terminal (CI and cluster logs draw no
+    progress bars), unless quiet."""
+    return None if quiet or err.is_terminal else LineProgress(what, prefix=prefix)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -103,6 +115,7 @@ class RichReporter:
         self.quiet = quiet
         self.prefix = prefix  # "[rank 0/2] " under torchrun
         self.progress = progress_bar(disable=not err.is_terminal)
+        self.lines = line_progress("generate", quiet, prefix)
         self.runs_task = self.steps_task = None
         self.steps_done = 0
         self.started = False
@@ -111,6 +124,8 @@ class RichReporter:
         done = len(runs) - todo
         if done and not self.quiet:
             err.print(f"{self.prefix}{done} of {len(runs)} runs already complete", highlight=False, markup=False)
+        if self.lines and todo:
+            self.lines.planned(todo, len(runs))
         if todo:
             self.progress.start()
             self.started = True
@@ -127,6 +142,8 @@ class RichReporter:
     def batch_started(self, recipe: str, prompt: str, seeds: list, steps: int) -> None:
         short = prompt if len(prompt) <= 32 else prompt[:31] + "…"
         self.progress.update(self.runs_task, description=f"{recipe} · seed {','.join(map(str, seeds))} · {short}")
+        if self.lines:
+            self.lines.started(f"{recipe} · seed {','.join(map(str, seeds))} · {short}")
         self.steps_done = 0
         self.progress.reset(self.steps_task, total=steps, completed=0, visible=True, description="steps")
 
@@ -134,9 +151,13 @@ class RichReporter:
         # one call per finished step (the step index may count from 0 or 1, so it is not used)
         self.steps_done = min(self.steps_done + 1, total)
         self.progress.update(self.steps_task, total=total, completed=self.steps_done)
+        if self.lines:
+            self.lines.step(total)
 
     def run_done(self, run: Any) -> None:
         self.progress.advance(self.runs_task)
+        if self.lines:
+            self.lines.run_done(f"{run.recipe.name} · seed {run.seed}", run.status)
 
     def close(self) -> None:
         if self.started:

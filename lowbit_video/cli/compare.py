@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         """
         from ..compare import FORMATS, collect, render, render_table
         from ..errors import UserError
-        from ..runstore import atomic_write_bytes
+        from ..runstore import atomic_write_bytes, check_output
 
         if fmt is not None and fmt not in FORMATS:
             raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -42,8 +42,11 @@ def register(app: typer.Typer) -> None:
         elif fmt is None:
             suffix = out_file.suffix.lower().lstrip(".") if out_file is not None else ""
             fmt = {"md": "md", "markdown": "md", "csv": "csv", "json": "json"}.get(suffix, "table")
-        if out_file is not None and out_file.is_dir():
-            raise UserError(f"--out {out_file}: is a folder; give a file name")
+        # where the outputs go, checked before anything is read (a file, /proc, a read-only mount)
+        if out_file is not None:
+            check_output(out_file, "--out", is_dir=False)
+        if plots is not None:
+            check_output(plots, "--plots")
 
         comp = collect(run_dirs, baseline=baseline)
         for w in comp.warnings:

@@ -79,7 +79,7 @@ def diagnose_attention(
     if as_json:
         print_json({**results[0], "inputs": inputs} if len(results) == 1 else {"inputs": inputs, "results": results})
         return
-    table = Table(title=f"attention vs float64 softmax · q {tuple(q.shape)} kv {tuple(k.shape)} · {source}")
+    table = Table(title=f"attention vs float64 softmax · q {tuple(q.shape)} kv {tuple(k.shape)} · {_describe(source)}")
     for col in ("recipe", "rel L2", "cosine", "|rowsum−1| mean", "|rowsum−1| max", "err Q", "err K", "err V", "err P̃"):
         table.add_column(col, justify="left" if col == "recipe" else "right", no_wrap=True)
     for r in results:
@@ -222,7 +222,7 @@ def diagnose_outliers(
         print_json(report)
         return
     segs = report["rope_segments"]
-    table = Table(title=f"channel-wise incoherence Ψ = max|X − E[X]| · q {tuple(q.shape)} k {tuple(k.shape)} · {source}")
+    table = Table(title=f"channel-wise incoherence Ψ = max|X − E[X]| · q {tuple(q.shape)} k {tuple(k.shape)} · {_describe(source)}")
     cols = ["rotation", "Ψ (max Q, K)", "Ψ Q", "Ψ K", *(f"Ψ {n} ({d})" for n, d in segs.items()), "Ψ none / Ψ", "token max/RMS"]
     for col in cols:
         table.add_column(col, justify="left" if col == "rotation" else "right", no_wrap=True)
@@ -234,3 +234,9 @@ def diagnose_outliers(
         )
     out.print(table)
 
+
+def _describe(source: dict) -> str:
+    """The inputs in words for a table title: "tensors qkv.safetensors (BNHD)" or "synthetic outliers, seed 0"."""
+    if "tensors" in source:
+        return f"tensors {source['tensors']} ({source['layout']})"
+    return f"synthetic {source['synthetic']}, seed {source['seed']}"

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 
 from ..evaluate import EvalReporter
-from .common import JsonOpt, err, out, print_json, progress_bar, user_errors
+from .common import JsonOpt, err, line_progress, out, print_json, progress_bar, user_errors
 
 WeightsDirOpt = typer.Option(None, "--weights-dir", help="Weights root (default: $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights).")
 
@@ -50,6 +50,7 @@ class _EvalProgress(EvalReporter):
         super().__init__()
         self.err, self.quiet = err, quiet
         self.progress = progress_bar(disable=quiet or not err.is_terminal)
+        self.lines = line_progress("evaluate", quiet)
         self.task = None
         self.n_runs = self.todo = 0
 
@@ -64,13 +65,21 @@ class _EvalProgress(EvalReporter):
         if todo:
             self.progress.start()
             self.task = self.progress.add_task("evaluate", total=todo)
+            if self.lines:
+                self.lines.planned(todo, len(runs))
+
+    @staticmethod
+    def _label(run: Path) -> str:
+        parts = run.parts[-4:]
+        return f"{parts[0]} · {parts[-1]} · {parts[1][:28]}"
 
     def run_started(self, run: Path, metrics: list) -> None:
-        parts = run.parts[-4:]
-        self.progress.update(self.task, description=f"{parts[0]} · {parts[-1]} · {parts[1][:28]}")
+        self.progress.update(self.task, description=self._label(run))
 
     def run_done(self, run: Path, status: str) -> None:
         self.progress.advance(self.task)
+        if self.lines:
+            self.lines.run_done(self._label(run), status)
 
     def vbench_started(self, n_videos: int, dims: list) -> None:
         self.progress.stop()

@@ -89,6 +89,7 @@ def generate(
         return
     if done == 0:
         out.print(f"{skipped} runs already complete; nothing to do ({short_path(str(out_dir))})", highlight=False)
+        _claimed_note(result)
         return
     if n <= 24:
         table = Table(title=f"generate · {model} · {short_path(str(out_dir))}")
@@ -99,4 +100,14 @@ def generate(
         out.print(table)
     out.print(f"generated {done} run{'s' * (done != 1)}, {skipped} already complete → {short_path(str(out_dir))}",
               highlight=False)
+    _claimed_note(result)
+
+
+def _claimed_note(result: dict) -> None:
+    """Runs another process was generating are left to it: say how many, and who."""
+    claimed = [r for r in result["runs"] if r["status"] == "claimed"]
+    if claimed:
+        print(f"warning: {len(claimed)} run{'s' * (len(claimed) != 1)} left to another process generating "
+              f"{'them' if len(claimed) > 1 else 'it'}, e.g. {claimed[0]['dir']}: {claimed[0].get('note', '')}; "
+              "run the same command again once it is done", file=sys.stderr)
 

@@ -14,12 +14,17 @@ def register(app: typer.Typer) -> None:
 
 @user_errors
 def models(as_json: bool = JsonOpt) -> None:
-    """List the models: name, family, where the weights come from, default steps and size."""
+    """List the models: name, family, where the weights come from, default steps and size; with --json also the
+    prompt vocabulary of models with a closed grammar (tiny-shapes)."""
     from dataclasses import asdict
 
     from ..models.registry import list_models
+    from ..models.tiny_shapes.grammar import vocabulary_by_role
 
     rows = [asdict(m) for m in list_models()]
+    for m in rows:
+        if m["family"] == "tiny-shapes":
+            m["prompt_vocabulary"] = vocabulary_by_role()
     if as_json:
         print_json({"models": rows})
         return

@@ -1,4 +1,4 @@
-"""`lowbit-video recipes` and `lowbit-video recipes validate`."""
+"""`lowbit-video recipes`, `lowbit-video recipes validate` and `lowbit-video recipes schema`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .common import JsonOpt, out, print_json, short_path, user_errors
 
-recipes_app = typer.Typer(help="List attention recipes (recipes/*.toml), or validate recipe files.")
+recipes_app = typer.Typer(help="List attention recipes (recipes/*.toml), validate recipe files, or show the keys and their valid values.")
 
 
 def register(app: typer.Typer) -> None:
@@ -68,3 +68,20 @@ def recipes_validate(
     if not all(r["ok"] for r in results):
         raise typer.Exit(2)
 
+
+
+@recipes_app.command("schema")
+@user_errors
+def recipes_schema(as_json: bool = JsonOpt) -> None:
+    """Every key a recipe file may set and its valid values (what `recipes validate` checks)."""
+    from ..recipes import SCHEMA
+
+    if as_json:
+        print_json({"fields": SCHEMA})
+        return
+    table = Table(title="recipe keys (<op>: q, k, v or p)")
+    table.add_column("key", overflow="fold")
+    table.add_column("valid values", overflow="fold")
+    for key, valid in SCHEMA.items():
+        table.add_row(key, valid)
+    out.print(table)
