@@ -250,18 +250,21 @@ def claim_holder(run: str | os.PathLike, stage: str) -> str:
 
 
 def output_problem(path: str | os.PathLike, *, is_dir: bool) -> str | None:
-    """Why `path` cannot be written as an output folder (is_dir) or file, else None. Creates the
-    folder (or the file's folder) and writes and removes a probe file in it, so a read-only mount,
-    /proc or a path through a file is found before any work is done."""
+    """Why `path` cannot be written as an output folder (is_dir) or file, else None. Creates nothing:
+    writes and removes a probe file in the nearest folder that exists on the way to it, so a path
+    through a file, /proc, /sys or a read-only mount is found before any work is done."""
     path = Path(path)
-    folder = path if is_dir else path.parent
     if is_dir and path.exists() and not path.is_dir():
         return "exists and is not a folder"
     if not is_dir and path.is_dir():
         return "is a folder, not a file"
+    folder = (path if is_dir else path.parent).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"cannot write there ({folder} is a file, not a folder)"
+    probe = temp_name(folder / "write-probe")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = temp_name(folder / "write-probe")
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:

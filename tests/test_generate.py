@@ -213,7 +213,7 @@ def test_a_prompts_file_that_is_not_utf8_is_named(fake, tmp_path):
         gen.generate(cfg(tmp_path / "out", model="wan-fake", model_path=str(tmp_path), prompts=None, prompts_file=str(f)))
 
 
-@pytest.mark.parametrize("out, why", [("a-file", "exists and is not a folder"), ("a-file/runs", "Not a directory"),
+@pytest.mark.parametrize("out, why", [("a-file", "exists and is not a folder"), ("a-file/runs", "is a file, not a folder"),
                                       ("/proc/lowbit-video-runs", "cannot write there")])
 def test_an_unwritable_out_is_refused_before_the_model_loads(fake, tmp_path, out, why):
     (tmp_path / "a-file").write_text("x")
