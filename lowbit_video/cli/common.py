@@ -157,7 +157,8 @@ class RichReporter:
     def run_done(self, run: Any) -> None:
         self.progress.advance(self.runs_task)
         if self.lines:
-            self.lines.run_done(f"{run.recipe.name} · seed {run.seed}", run.status)
+            prompt = run.prompt if len(run.prompt) <= 32 else run.prompt[:31] + "…"
+            self.lines.run_done(f"{run.recipe.name} · seed {run.seed} · {prompt}", run.status)
 
     def close(self) -> None:
         if self.started:

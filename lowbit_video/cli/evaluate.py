@@ -70,8 +70,8 @@ class _EvalProgress(EvalReporter):
 
     @staticmethod
     def _label(run: Path) -> str:
-        parts = run.parts[-4:]
-        return f"{parts[0]} · {parts[-1]} · {parts[1][:28]}"
+        parts = run.parts[-4:]  # model, recipe, prompt slug, seed-<s> of <out>/<model>/<recipe>/<slug>/seed-<s>
+        return f"{parts[0]} · {parts[-1]} · {parts[1][:28]}" if len(parts) < 4 else f"{parts[1]} · {parts[3]} · {parts[2][:28]}"
 
     def run_started(self, run: Path, metrics: list) -> None:
         self.progress.update(self.task, description=self._label(run))
