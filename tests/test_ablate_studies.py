@@ -138,3 +138,12 @@ def test_ablate_stops_the_progress_bars_of_its_runs():
     runs.close = lambda: (closed.append(True), real_close())
     rep.close()
     assert closed == [True]
+
+
+def test_ablate_stages_are_lines_without_a_terminal(capsys):
+    from lowbit_video.cli.ablate import _CliReporter
+
+    rep = _CliReporter(quiet=False)  # pytest's stderr is no terminal
+    rep.stage("evaluating 15 runs", 1)
+    rep.close()
+    assert capsys.readouterr().err.strip().endswith("ablate: evaluating 15 runs")

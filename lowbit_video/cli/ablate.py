@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from .common import GreedyCommand, JsonOpt, RichReporter, err, out, print_json, progress_bar, short_path, user_errors
+from .common import (GreedyCommand, JsonOpt, RichReporter, err, line_progress, out, print_json, progress_bar,
+                     short_path, user_errors)
 
 
 def _seeds(values: list[str] | None) -> list[int] | None:
@@ -38,6 +39,7 @@ class _CliReporter:
         self.started = False
         self._err = err
         self._generate_reporters: list = []
+        self.lines = line_progress("ablate", quiet)
 
     def generate_reporter(self) -> Any:
         if self.quiet:
@@ -53,6 +55,8 @@ class _CliReporter:
         if self.task is not None:
             self.progress.remove_task(self.task)
         self.task = self.progress.add_task(description, total=total)
+        if self.lines:
+            self.lines.line(description)
 
     def advance(self, n: int = 1) -> None:
         if self.task is not None:
