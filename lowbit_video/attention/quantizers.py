@@ -1,7 +1,9 @@
 """Turn a recipe's per-operand quantization settings into fake-quantize functions.
 
 Every function maps a float64 tensor in BHND layout to a tensor of the same shape whose values lie
-on the format's grid (quantize -> dequantize, exactly). The block axis is fixed per operand:
+on the format's grid (quantize -> dequantize, exactly). With `fast=True` the same settings pick the
+formats' in-dtype kernels (formats/fast.py): bit-identical on float64 input, and usable on float32
+(the CPU path's softmax tiles) with the exactness stated there. The block axis is fixed per operand:
 Q and K along head_dim (-1), V along tokens (-2, so each channel has its own scales), and the
 softmax tile P̃ (B, H, q_tokens, keys) along keys (-1, per row).
 """
@@ -12,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from ..formats import fast as fast_formats
 from ..formats import fp8, intq, mxfp4, nvfp4
 from ..recipes import OperandQuant
 
@@ -25,16 +28,18 @@ def identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def build_quantizer(operand: str, op: OperandQuant) -> Quantizer:
-    """The fake quantizer for `operand` ("q", "k", "v" or "p") under settings `op`."""
+def build_quantizer(operand: str, op: OperandQuant, *, fast: bool = False) -> Quantizer:
+    """The fake quantizer for `operand` ("q", "k", "v" or "p") under settings `op`; `fast` picks the
+    in-dtype kernels of formats/fast.py over the exact float64 format functions."""
     if not op.enabled:
         return identity
     axis = OPERAND_AXIS[operand]
+    kernels = _FAST if fast else _EXACT
 
     if op.granularity == "per_token_group":
         # One scale per `group` tokens x all channels: flattening (tokens, head_dim) row-major makes
         # such a group a contiguous run of group*head_dim elements along one axis.
-        inner = _element_quantizer(op, axis=-1, block_of=lambda x: op.group * x.shape[-1])
+        inner = _element_quantizer(op, kernels, axis=-1, block_of=lambda x: op.group * x.shape[-1])
 
         def per_token_group(x: torch.Tensor) -> torch.Tensor:
             return inner(x.flatten(-2)).reshape(x.shape)
@@ -42,23 +47,29 @@ def build_quantizer(operand: str, op: OperandQuant) -> Quantizer:
         return per_token_group
 
     if op.granularity == "block":
-        return _element_quantizer(op, axis=axis, block_of=lambda x: op.block_size)
+        return _element_quantizer(op, kernels, axis=axis, block_of=lambda x: op.block_size)
     # per_token / per_channel / per_row: one scale over the whole operand axis.
-    return _element_quantizer(op, axis=axis, block_of=lambda x: None)
+    return _element_quantizer(op, kernels, axis=axis, block_of=lambda x: None)
 
 
-def _element_quantizer(op: OperandQuant, *, axis: int, block_of) -> Quantizer:
+# (mxfp4, nvfp4, int, fp8) fake quantizers with the format modules' signatures.
+_EXACT = (mxfp4.fake_quantize, nvfp4.fake_quantize, intq.fake_quantize, fp8.fake_quantize)
+_FAST = (fast_formats.fake_mxfp4, fast_formats.fake_nvfp4, fast_formats.fake_int, fast_formats.fake_fp8)
+
+
+def _element_quantizer(op: OperandQuant, kernels, *, axis: int, block_of) -> Quantizer:
+    fake_mxfp4, fake_nvfp4, fake_int, fake_fp8 = kernels
     fmt = op.format
     if fmt == "mxfp4":
-        return lambda x: mxfp4.fake_quantize(x, rule=op.rule, q=op.qmax, block=32, axis=axis)
+        return lambda x: fake_mxfp4(x, rule=op.rule, q=op.qmax, block=32, axis=axis)
     if fmt == "nvfp4":
-        return lambda x: nvfp4.fake_quantize(x, block=16, axis=axis, outer_scale=_nvfp4_outer(x, op, axis))
+        return lambda x: fake_nvfp4(x, block=16, axis=axis, outer_scale=_nvfp4_outer(x, op, axis))
     if fmt in ("int8", "int4"):
         bits = 8 if fmt == "int8" else 4
-        return lambda x: intq.fake_quantize(x, bits=bits, block=block_of(x), axis=axis, scheme=op.scheme)
+        return lambda x: fake_int(x, bits=bits, block=block_of(x), axis=axis, scheme=op.scheme)
     if fmt == "fp8_e4m3":
         static = op.static_scale or None
-        return lambda x: fp8.fake_quantize(x, fmt="e4m3", block=block_of(x), axis=axis, scale=static)
+        return lambda x: fake_fp8(x, fmt="e4m3", block=block_of(x), axis=axis, scale=static)
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -70,7 +81,7 @@ def _nvfp4_outer(x: torch.Tensor, op: OperandQuant, axis: int):
     rowmax/(448·6) first, so the E4M3 block scales use their whole range)."""
     if op.outer_scale != "row":
         return op.outer_scale
-    rowmax = x.abs().amax(dim=axis, keepdim=True)
+    rowmax = x.abs().amax(dim=axis, keepdim=True).to(torch.float64)  # the same scale from float32 tiles
     # A row whose maximum is <= 2^-100 (P̃ weights below 2^-100 of the running maximum) gets s_o = 1,
     # so its E4M3 block scales round to 0 and the row quantizes to zero: rowmax/(448·6) would
     # underflow float32 for the smallest such rows. The Triton kernel uses the same threshold.

@@ -53,7 +53,32 @@ def _rel_l2(approx: torch.Tensor, exact: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(approx - exact)) / denom if denom > 0 else 0.0
 
 
-def reference_attention(
+@dataclass(frozen=True, eq=False)
+class Operands:
+    """Q̂, K̂, V̂ as the tiles read them (BHND), and what the recurrence adds around them: the smoothed
+    full-precision K and Q's removed group means (for ΔS), the LSE shift of K smoothing and V's
+    Hadamard rotation. Shared by the engine and the CPU path, so both see the same operands."""
+
+    q_hat: torch.Tensor
+    k_hat: torch.Tensor
+    v_hat: torch.Tensor
+    k: torch.Tensor  # transformed, unquantized K (the ΔS term multiplies it)
+    q_mean: torch.Tensor | None  # Q's group means removed by smoothing, or None
+    scale: float
+    lse_shift: torch.Tensor | None  # (B, H, Nq, 1) q·mean(K)·scale, or None
+    v_rotation: torch.Tensor | None  # the Hadamard applied to V, or None
+    errors: dict[str, float]
+
+    def unrotate(self, out: torch.Tensor) -> torch.Tensor:
+        """The output in V's original basis (out · Hᵀ under rotate_v)."""
+        return out if self.v_rotation is None else out @ self.v_rotation.T.to(out.dtype)
+
+    def shift_lse(self, lse: torch.Tensor) -> torch.Tensor:
+        """The LSE of the unsmoothed scores (K smoothing shifted every score of a row)."""
+        return lse if self.lse_shift is None else lse + self.lse_shift.squeeze(-1).to(lse.dtype)
+
+
+def prepare_operands(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -61,16 +86,11 @@ def reference_attention(
     *,
     scale: float | None = None,
     rope_segments: Sequence[int] | None = None,
-    measure_errors: bool = True,
-) -> tuple[torch.Tensor, AttentionDiagnostics]:
-    """Attention of BHND tensors under `spec`, computed in float64. Returns (output, diagnostics).
-
-    `measure_errors=False` skips the per-operand error norms (extra full passes over every P̃ tile
-    and a device sync each), which model integrations do not need; row sums are always tracked.
-
-    `rope_segments` (t/h/w channel counts of the model's 3D RoPE) overrides the recipe's
-    `rope_segments` for the "half" rotation; if both are empty, Wan's split of head_dim is used.
-    """
+    measure_errors: bool = False,
+    fast: bool = False,
+) -> Operands:
+    """The recipe's transforms and Q/K/V quantizers on BHND tensors, in float64. `fast` uses the
+    in-dtype quantizer kernels (bit-identical on float64, see formats/fast.py)."""
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
     head_dim = q.shape[-1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
@@ -98,17 +118,42 @@ def reference_attention(
     if spec.smooth_q:
         q, q_mean = smooth_q(q, spec.smooth_q_group)
 
-    quant = {name: build_quantizer(name, spec.operand(name)) for name in ("q", "k", "v", "p")}
+    quant = {name: build_quantizer(name, spec.operand(name), fast=fast) for name in ("q", "k", "v")}
     q_hat, k_hat, v_hat = quant["q"](q), quant["k"](k), quant["v"](v)
     errors = {}
     if measure_errors:
         errors = {name: _rel_l2(x_hat, x) for name, x_hat, x in (("q", q_hat, q), ("k", k_hat, k), ("v", v_hat, v))}
+    return Operands(q_hat, k_hat, v_hat, k, q_mean, scale, lse_shift, v_rotation, errors)
 
-    shape = q.shape[:-1] + (1,)
-    m = torch.full(shape, -math.inf, dtype=torch.float64, device=q.device)
-    ell = torch.zeros(shape, dtype=torch.float64, device=q.device)  # normalizer ℓ
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    spec: AttentionSpec,
+    *,
+    scale: float | None = None,
+    rope_segments: Sequence[int] | None = None,
+    measure_errors: bool = True,
+) -> tuple[torch.Tensor, AttentionDiagnostics]:
+    """Attention of BHND tensors under `spec`, computed in float64. Returns (output, diagnostics).
+
+    `measure_errors=False` skips the per-operand error norms (extra full passes over every P̃ tile
+    and a device sync each), which model integrations do not need; row sums are always tracked.
+
+    `rope_segments` (t/h/w channel counts of the model's 3D RoPE) overrides the recipe's
+    `rope_segments` for the "half" rotation; if both are empty, Wan's split of head_dim is used.
+    """
+    ops = prepare_operands(q, k, v, spec, scale=scale, rope_segments=rope_segments, measure_errors=measure_errors)
+    q_hat, k_hat, v_hat, k, q_mean, scale = ops.q_hat, ops.k_hat, ops.v_hat, ops.k, ops.q_mean, ops.scale
+    quant_p = build_quantizer("p", spec.p)
+    errors = dict(ops.errors)
+
+    shape = q_hat.shape[:-1] + (1,)
+    m = torch.full(shape, -math.inf, dtype=torch.float64, device=q_hat.device)
+    ell = torch.zeros(shape, dtype=torch.float64, device=q_hat.device)  # normalizer ℓ
     ell_applied = torch.zeros_like(ell)  # Σ P̂: mass actually applied to V
-    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64, device=q.device)
+    acc = torch.zeros(q_hat.shape[:-1] + (v_hat.shape[-1],), dtype=torch.float64, device=q_hat.device)
     p_err2 = p_norm2 = 0.0
     pnq = spec.placement == "pnq"
 
@@ -121,7 +166,7 @@ def reference_attention(
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.exp(m - m_new)
         p = torch.exp(s - m_new)
-        p_hat = quant["p"](p)
+        p_hat = quant_p(p)
         ell = alpha * ell + (p_hat if pnq else p).sum(dim=-1, keepdim=True)
         ell_applied = alpha * ell_applied + p_hat.sum(dim=-1, keepdim=True)
         acc = alpha * acc + p_hat @ v_hat[..., start:stop, :]
@@ -130,12 +175,8 @@ def reference_attention(
             p_err2 += float(((p_hat - p) ** 2).sum())
             p_norm2 += float((p**2).sum())
 
-    out = acc / ell
-    lse = (m + torch.log(ell)).squeeze(-1)
-    if lse_shift is not None:
-        lse = lse + lse_shift.squeeze(-1)
-    if v_rotation is not None:
-        out = out @ v_rotation.T
+    out = ops.unrotate(acc / ell)
+    lse = ops.shift_lse((m + torch.log(ell)).squeeze(-1))
     if measure_errors:
         errors["p"] = math.sqrt(p_err2 / p_norm2) if p_norm2 > 0 else 0.0
     return out, AttentionDiagnostics(row_sums=(ell_applied / ell).squeeze(-1), quant_rel_l2=errors, lse=lse)
