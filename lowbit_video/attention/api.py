@@ -25,7 +25,7 @@ from ..draft.layout import VideoGeometry
 from .reference import AttentionDiagnostics, reference_attention
 
 Layout = Literal["BHND", "BNHD"]
-Backend = Literal["auto", "reference"]
+Backend = Literal["auto", "cpu", "reference"]
 
 
 def attend(
@@ -52,9 +52,12 @@ def attend(
             quantized or draft recipe through the Triton kernels (lowbit_video.kernels) when the
             tensors are on CUDA and the dispatch table has a kernel for the recipe (MXFP4 family,
             sage2-int8, INT4, NVFP4; draft recipes with fp16/bf16 tensors and 64-token blocks; not
-            with return_diagnostics / return_lse), and otherwise through the exact engine (the
-            reference engine, or the draft engine for draft recipes); "reference" forces the engine
-            (float64, the oracle kernels are tested against).
+            with return_diagnostics / return_lse), through the CPU path when the tensors are not on
+            CUDA (cpu_path.py, draft_cpu.py: the engine's numbers vectorised in float32, within the
+            tolerance stated there), and otherwise through the exact engine (the reference engine,
+            or the draft engine for draft recipes); "cpu" forces the CPU path on any device;
+            "reference" forces the engine (float64, the oracle the kernels and the CPU path are
+            tested against).
         return_diagnostics: also return AttentionDiagnostics (induced row sums, operand errors);
             implies the reference engine.
         rope_segments: the model's 3D-RoPE t/h/w channel split (e.g. Wan at head_dim 128: 44, 42,
@@ -93,6 +96,10 @@ def attend(
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None
         if return_lse:
             lse = dense_lse(q, k, scale=scale)
+    elif (backend == "cpu" or (fast and not q.is_cuda)) and not return_diagnostics:
+        check_finite(q, k, v)
+        out, lse = _CPU_PATHS[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry)
+        out, diag = out.to(q.dtype), None
     else:
         check_finite(q, k, v)
         out, diag = _ENGINES[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
@@ -165,6 +172,22 @@ def _draft_engine(q, k, v, spec, *, scale, rope_segments, geometry, measure_erro
 
 # the exact engines, by the dispatch table's `engine` field
 _ENGINES = {"reference": _reference_engine, "draft": _draft_engine}
+
+
+def _cpu_path(q, k, v, spec, *, scale, rope_segments, geometry):
+    from .cpu_path import cpu_attention
+
+    return cpu_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments)
+
+
+def _cpu_draft(q, k, v, spec, *, scale, rope_segments, geometry):
+    from .draft_cpu import cpu_draft_attention
+
+    return cpu_draft_attention(q, k, v, spec.draft, geometry, scale=scale), None
+
+
+# the CPU paths of the same engines: (output, LSE or None)
+_CPU_PATHS = {"reference": _cpu_path, "draft": _cpu_draft}
 
 
 def _check_recipe_fits(spec, head_dim: int) -> None:

@@ -79,8 +79,8 @@ def cpu_attention(
     pnq = spec.placement == "pnq"
 
     bh = q32.shape[0]
-    out = torch.empty((bh, nq, dv), dtype=torch.float32)
-    lse = torch.empty((bh, nq), dtype=torch.float32)
+    out = torch.empty((bh, nq, dv), dtype=torch.float32, device=q32.device)
+    lse = torch.empty((bh, nq), dtype=torch.float32, device=q32.device)
     rows = max(1, chunk_elements // max(1, bh * tiles * tile))
     for r0, r1, g in _row_chunks(nq, rows, spec.smooth_q_group if delta is not None else None):
         s = torch.matmul(q32[:, r0:r1], k_t)

@@ -79,16 +79,10 @@ class DraftDiagnostics(AttentionDiagnostics):
     route: DraftRoute | None = None
 
 
-def draft_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    spec: DraftSpec,
-    geometry: VideoGeometry | None,
-    *,
-    scale: float | None = None,
-) -> tuple[torch.Tensor, DraftDiagnostics]:
-    """DraftAttention2 self-attention of BHND q, k, v laid out as `geometry`, in float64."""
+def plan_route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: DraftSpec, geometry: VideoGeometry | None,
+               *, scale: float):
+    """Steps 1-3 (shared with the CPU path): check the shapes, pack the video tokens of q, k, v,
+    draft, allocate. Returns (layout, (packed q, k, v), draft scores, per-head quotas, codes)."""
     if geometry is None:
         raise ShapeError("draft recipes need the video token layout: pass geometry=VideoGeometry(frames, height, width, prefix)")
     n = geometry.tokens
@@ -100,15 +94,28 @@ def draft_attention(
         )
     if spec.nvfp4 > 0 and q.shape[-1] % NVFP4_BLOCK:
         raise ShapeError(f"head_dim {q.shape[-1]} is not a multiple of {NVFP4_BLOCK}, the NVFP4 block this recipe quantizes Q/K with")
-    q, k, v = (t.to(torch.float64) for t in (q, k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     p = geometry.prefix
-
     layout = pack_layout(geometry, spec.block)
     qv, kv, vv = (layout.pack(t[..., p:, :]) for t in (q, k, v))
     scores = draft_map(qv, kv, layout, scale=scale, maxpool_weight=spec.maxpool_weight)
     quotas = head_quotas(layout.regions, spec)
-    codes = allocate(scores, quotas)
+    return layout, (qv, kv, vv), scores, quotas, allocate(scores, quotas)
+
+
+def draft_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    spec: DraftSpec,
+    geometry: VideoGeometry | None,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, DraftDiagnostics]:
+    """DraftAttention2 self-attention of BHND q, k, v laid out as `geometry`, in float64."""
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    p = geometry.prefix if geometry is not None else 0
+    layout, (qv, kv, vv), scores, quotas, codes = plan_route(q, k, v, spec, geometry, scale=scale)
     out_packed, row_sums_packed, errors = run_phases(
         qv, kv, vv, codes, layout, scale=scale, prefix_k=k[..., :p, :], prefix_v=v[..., :p, :]
     )

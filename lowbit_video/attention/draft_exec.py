@@ -35,6 +35,7 @@ from typing import Callable
 
 import torch
 
+from ..formats import fast as fast_formats
 from ..formats import fp8, intq, nvfp4
 from ..draft.alloc import SKIP
 from ..draft.layout import PackedLayout
@@ -64,34 +65,41 @@ def _rel_l2(approx: torch.Tensor, exact: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(approx - exact)) / denom if denom > 0 else 0.0
 
 
-def _int8_per_block(x: torch.Tensor, block: int) -> torch.Tensor:
+def _int8_per_block(x: torch.Tensor, block: int, fake_int) -> torch.Tensor:
     """INT8 with one scale per `block` consecutive tokens x all channels (a packed region block)."""
     grouped = x.unflatten(-2, (x.shape[-2] // block, block)).flatten(-2)  # (..., R, block * D)
-    return intq.fake_quantize(grouped, bits=8, block=None, axis=-1).unflatten(-1, (block, x.shape[-1])).flatten(-3, -2)
+    return fake_int(grouped, bits=8, block=None, axis=-1).unflatten(-1, (block, x.shape[-1])).flatten(-3, -2)
 
 
-def _nvfp4_per_head(x: torch.Tensor, axis: int) -> torch.Tensor:
+def _nvfp4_per_head(x: torch.Tensor, axis: int, fake_nvfp4) -> torch.Tensor:
     """NVFP4 16-blocks along `axis` with the FP32 outer scale amax / (448·6) of each (batch, head)."""
     amax = x.abs().amax(dim=(-2, -1), keepdim=True)
     outer = torch.where(amax > 0, amax / nvfp4.TENSOR_SCALE_DIVISOR, torch.ones_like(amax))
-    return nvfp4.fake_quantize(x, block=NVFP4_BLOCK, axis=axis, outer_scale=outer)
+    return fake_nvfp4(x, block=NVFP4_BLOCK, axis=axis, outer_scale=outer)
 
 
-def prepare_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, precisions) -> dict[int, PhaseOperands]:
-    """Each requested precision's copy of the packed operands (see the module docstring)."""
+def prepare_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, precisions, *,
+                     fast: bool = False) -> dict[int, PhaseOperands]:
+    """Each requested precision's copy of the packed operands (see the module docstring). `fast`
+    uses the in-dtype kernels of formats/fast.py (bit-identical on these float64 operands; the CPU
+    path applies the P̃ quantizers to float32 tiles)."""
+    if fast:
+        fake_int, fake_fp8, fake_nvfp4 = fast_formats.fake_int, fast_formats.fake_fp8, fast_formats.fake_nvfp4
+    else:
+        fake_int, fake_fp8, fake_nvfp4 = intq.fake_quantize, fp8.fake_quantize, nvfp4.fake_quantize
     ops: dict[int, PhaseOperands] = {}
     for precision in precisions:
         if precision == 16:
             ops[16] = PhaseOperands(q, k, v)
         elif precision == 8:
-            q8, k8 = _int8_per_block(q, block), _int8_per_block(k, block)
-            v8 = fp8.fake_quantize(v, block=None, axis=-2)
+            q8, k8 = _int8_per_block(q, block, fake_int), _int8_per_block(k, block, fake_int)
+            v8 = fake_fp8(v, block=None, axis=-2)
             errors = {"q_int8": _rel_l2(q8, q), "k_int8": _rel_l2(k8, k), "v_fp8": _rel_l2(v8, v)}
-            ops[8] = PhaseOperands(q8, k8, v8, lambda p: fp8.fake_quantize(p, block=None, axis=-1, scale=P_FP8_SCALE), errors)
+            ops[8] = PhaseOperands(q8, k8, v8, lambda p: fake_fp8(p, block=None, axis=-1, scale=P_FP8_SCALE), errors)
         elif precision == 4:
-            q4, k4, v4 = _nvfp4_per_head(q, -1), _nvfp4_per_head(k, -1), _nvfp4_per_head(v, -2)
+            q4, k4, v4 = (_nvfp4_per_head(x, axis, fake_nvfp4) for x, axis in ((q, -1), (k, -1), (v, -2)))
             errors = {"q_nvfp4": _rel_l2(q4, q), "k_nvfp4": _rel_l2(k4, k), "v_nvfp4": _rel_l2(v4, v)}
-            ops[4] = PhaseOperands(q4, k4, v4, lambda p: nvfp4.fake_quantize(p, block=NVFP4_BLOCK, axis=-1, outer_scale="none"), errors)
+            ops[4] = PhaseOperands(q4, k4, v4, lambda p: fake_nvfp4(p, block=NVFP4_BLOCK, axis=-1, outer_scale="none"), errors)
         else:
             raise ValueError(f"unknown precision {precision!r}")
     return ops
