@@ -40,9 +40,10 @@ from ..recipes import AttentionSpec
 from .quantizers import build_quantizer
 from .reference import prepare_operands
 
-# Query rows per chunk are chosen so a chunk's score tile holds about this many elements: small
-# enough that the dozen passes over it stay in the CPU caches, large enough to amortise the calls.
-CHUNK_ELEMENTS = 1 << 20
+# Query rows per chunk are chosen so a chunk's score tile holds about this many elements per head:
+# small enough that the dozen passes over it stay in the CPU caches (4 heads: 4 MB), large enough to
+# amortise the calls. Per head, so a head's numbers do not depend on how many heads share the call.
+CHUNK_ELEMENTS_PER_HEAD = 1 << 18
 
 
 def cpu_attention(
@@ -53,7 +54,7 @@ def cpu_attention(
     *,
     scale: float | None = None,
     rope_segments: Sequence[int] | None = None,
-    chunk_elements: int = CHUNK_ELEMENTS,
+    chunk_elements: int = CHUNK_ELEMENTS_PER_HEAD,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of BHND tensors under the dense quantized recipe `spec`. Returns (output float64
     in V's basis, log-sum-exp float32 (B, H, Nq)), the engine's numbers within the rounding above."""
@@ -75,13 +76,13 @@ def cpu_attention(
         group = spec.smooth_q_group
         means = ops.q_mean[..., ::group, :].to(torch.float32).flatten(0, -3)  # (BH, G, D)
         delta = torch.matmul(means, keys_last(ops.k)).mul_(ops.scale)
-    quant_p = build_quantizer("p", spec.p, fast=True)
+    quant_p = build_quantizer("p", spec.p, fast=True, inplace=True)
     pnq = spec.placement == "pnq"
 
     bh = q32.shape[0]
     out = torch.empty((bh, nq, dv), dtype=torch.float32, device=q32.device)
     lse = torch.empty((bh, nq), dtype=torch.float32, device=q32.device)
-    rows = max(1, chunk_elements // max(1, bh * tiles * tile))
+    rows = max(1, chunk_elements // (tiles * tile))
     for r0, r1, g in _row_chunks(nq, rows, spec.smooth_q_group if delta is not None else None):
         s = torch.matmul(q32[:, r0:r1], k_t)
         s.mul_(ops.scale)
@@ -93,7 +94,7 @@ def cpu_attention(
         running = torch.cummax(s.amax(dim=-1), dim=-1).values  # m_j, (BH, R, T)
         p = s.sub_(running.unsqueeze(-1)).exp_()  # P̃_j, in place of S
         p_sums = None if pnq else p.sum(dim=-1)
-        p_hat = quant_p(p)
+        p_hat = quant_p(p)  # overwrites P̃
         m_last = running[..., -1:]
         w = torch.exp(running - m_last)
         if pnq:

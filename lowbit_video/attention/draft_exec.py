@@ -81,12 +81,16 @@ def _nvfp4_per_head(x: torch.Tensor, axis: int, fake_nvfp4) -> torch.Tensor:
 def prepare_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, precisions, *,
                      fast: bool = False) -> dict[int, PhaseOperands]:
     """Each requested precision's copy of the packed operands (see the module docstring). `fast`
-    uses the in-dtype kernels of formats/fast.py (bit-identical on these float64 operands; the CPU
-    path applies the P̃ quantizers to float32 tiles)."""
+    uses the in-dtype kernels of formats/fast.py (bit-identical on these float64 operands); its P̃
+    quantizers overwrite their input (the CPU path's float32 tiles)."""
     if fast:
         fake_int, fake_fp8, fake_nvfp4 = fast_formats.fake_int, fast_formats.fake_fp8, fast_formats.fake_nvfp4
+        p_fp8 = lambda p: fast_formats.fake_fp8(p, block=None, axis=-1, scale=P_FP8_SCALE, inplace=True)
+        p_nvfp4 = lambda p: fast_formats.fake_nvfp4(p, block=NVFP4_BLOCK, axis=-1, outer_scale="none", inplace=True)
     else:
         fake_int, fake_fp8, fake_nvfp4 = intq.fake_quantize, fp8.fake_quantize, nvfp4.fake_quantize
+        p_fp8 = lambda p: fp8.fake_quantize(p, block=None, axis=-1, scale=P_FP8_SCALE)
+        p_nvfp4 = lambda p: nvfp4.fake_quantize(p, block=NVFP4_BLOCK, axis=-1, outer_scale="none")
     ops: dict[int, PhaseOperands] = {}
     for precision in precisions:
         if precision == 16:
@@ -95,11 +99,11 @@ def prepare_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: i
             q8, k8 = _int8_per_block(q, block, fake_int), _int8_per_block(k, block, fake_int)
             v8 = fake_fp8(v, block=None, axis=-2)
             errors = {"q_int8": _rel_l2(q8, q), "k_int8": _rel_l2(k8, k), "v_fp8": _rel_l2(v8, v)}
-            ops[8] = PhaseOperands(q8, k8, v8, lambda p: fake_fp8(p, block=None, axis=-1, scale=P_FP8_SCALE), errors)
+            ops[8] = PhaseOperands(q8, k8, v8, p_fp8, errors)
         elif precision == 4:
             q4, k4, v4 = (_nvfp4_per_head(x, axis, fake_nvfp4) for x, axis in ((q, -1), (k, -1), (v, -2)))
             errors = {"q_nvfp4": _rel_l2(q4, q), "k_nvfp4": _rel_l2(k4, k), "v_nvfp4": _rel_l2(v4, v)}
-            ops[4] = PhaseOperands(q4, k4, v4, lambda p: fake_nvfp4(p, block=NVFP4_BLOCK, axis=-1, outer_scale="none"), errors)
+            ops[4] = PhaseOperands(q4, k4, v4, p_nvfp4, errors)
         else:
             raise ValueError(f"unknown precision {precision!r}")
     return ops

@@ -10,6 +10,7 @@ softmax tile P̃ (B, H, q_tokens, keys) along keys (-1, per row).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -28,13 +29,14 @@ def identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def build_quantizer(operand: str, op: OperandQuant, *, fast: bool = False) -> Quantizer:
+def build_quantizer(operand: str, op: OperandQuant, *, fast: bool = False, inplace: bool = False) -> Quantizer:
     """The fake quantizer for `operand` ("q", "k", "v" or "p") under settings `op`; `fast` picks the
-    in-dtype kernels of formats/fast.py over the exact float64 format functions."""
+    in-dtype kernels of formats/fast.py over the exact float64 format functions, and `inplace` lets
+    them overwrite their input (fast only)."""
     if not op.enabled:
         return identity
     axis = OPERAND_AXIS[operand]
-    kernels = _FAST if fast else _EXACT
+    kernels = _EXACT if not fast else tuple(functools.partial(f, inplace=inplace) for f in _FAST)
 
     if op.granularity == "per_token_group":
         # One scale per `group` tokens x all channels: flattening (tokens, head_dim) row-major makes
