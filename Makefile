@@ -36,10 +36,10 @@ diagnose: install
 	$(BIN)/lowbit-video diagnose attention --outliers --seq 2048
 	$(BIN)/lowbit-video diagnose uos
 
-# CI smoke: generate -> evaluate -> compare -> ablate table3 on the smoke prompts with few steps
-# (quantized recipes run on the float64 reference engine on CPU, so steps are kept low).
+# CI smoke: generate -> evaluate -> compare -> ablate table3 on the smoke prompts at the model's
+# default 12 steps (quantized recipes run on the CPU path, lowbit_video/attention/cpu_path.py).
 SMOKE_OUT   ?= runs/smoke
-SMOKE_STEPS ?= 2
+SMOKE_STEPS ?= 12
 smoke: install
 	$(BIN)/lowbit-video generate --recipe fp16 --recipe mxattention --prompts prompts/smoke.txt --seeds 0 --steps $(SMOKE_STEPS) --out $(SMOKE_OUT)
 	$(BIN)/lowbit-video evaluate $(SMOKE_OUT) --quiet

@@ -48,7 +48,7 @@ def outlier_qkv(b=2, h=3, nq=300, nk=333, d=64, seed=0):
 def assert_close_to_engine(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor):
     vmax = float(v.abs().max())
     err = (out.double() - ref).abs().amax(dim=-1)  # per row
-    assert float((out.double() - ref).norm() / ref.norm()) <= 1e-4
+    assert float((out.double() - ref).norm() / ref.norm()) <= 1e-3
     assert float((err <= 1e-5 * vmax).double().mean()) >= 0.99
     assert float(err.max()) <= vmax  # one flipped P̂ step: at most half the row max weight, times 2·max|V|
 

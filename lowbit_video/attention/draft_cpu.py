@@ -19,11 +19,11 @@ import math
 
 import torch
 
+from ..draft.alloc import SKIP
+from ..draft.layout import VideoGeometry
 from ..recipes import DraftSpec
 from .draft import plan_route
-from .draft_alloc import SKIP
 from .draft_exec import PHASES, prepare_operands
-from .draft_layout import VideoGeometry
 
 
 def cpu_draft_attention(
