@@ -90,7 +90,7 @@ def _shas(out):
 
 def test_shards_make_the_single_process_grid_and_resume_across_counts(fake, tmp_path):
     single = gen.generate(_cfg(tmp_path / "one"))
-    assert set(single) == {"runs", "generated", "skipped"}  # single process: result unchanged
+    assert set(single) == {"runs", "generated", "skipped", "claimed"}  # single process: result unchanged
     man = json.loads((tmp_path / "one" / gen.MANIFEST_NAME).read_text())
     assert man["complete"] == 12 and man["missing"] == 0 and len(man["runs"]) == 12
 
