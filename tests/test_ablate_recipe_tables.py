@@ -347,7 +347,9 @@ def test_study_end_to_end_at_two_steps(small_studies, name):
     assert s["captured"]["n"] == 1 and 0 < s["captured"]["entropy"] <= 1
     for g in s.values():
         for r in rows:
-            assert 0 < g["recipes"][r.recipe]["rel_l2"] < 1
+            # 80 % skipped on the synthetic outliers inputs (no locality) loses more than the output's
+            # norm (measured 1.02 here, 1.1-1.3 at 2048 tokens); the quantized INT4 rows stay below 1
+            assert 0 < g["recipes"][r.recipe]["rel_l2"] < (2 if name == "draft-pooling" else 1)
     assert len(doc["claims"]) == 1
     # every row's video is FP16's here: no claim can be decided on the videos
     assert doc["claims"][0]["levels"]["videos"]["verdict"] == "no measurable difference"
