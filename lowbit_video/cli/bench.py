@@ -7,8 +7,16 @@ from typing import Optional
 
 import typer
 
+from ..errors import UserError
 from ..kernels.dispatch import settings_help  # the kernel dispatch table (pure Python: no triton at CLI start)
 from .common import user_errors
+
+
+def _check_known(asked: list[str], known, what: str) -> None:
+    """One line naming the unknown values and the known ones."""
+    bad = [a for a in asked if a not in known]
+    if bad:
+        raise UserError(f"unknown {what}(s) {bad}; known: {', '.join(known)}")
 
 
 def register(app: typer.Typer) -> None:
@@ -47,9 +55,7 @@ def register(app: typer.Typer) -> None:
         if not torch.cuda.is_available():
             raise UserError("bench kernels needs a CUDA GPU (none is visible)")
         shapes = shapes or ["small", "wan-480p"]
-        bad = [s for s in shapes if s not in SHAPES]
-        if bad:
-            raise UserError(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
+        _check_known(shapes, SHAPES, "shape")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
         info = bench_kernels(shapes, recipes, reps=reps, variants=variants, log=log)
         if as_json:
@@ -89,9 +95,7 @@ def register(app: typer.Typer) -> None:
         if not torch.cuda.is_available():
             raise UserError("bench draft needs a CUDA GPU (none is visible)")
         shapes = shapes or ["wan-720p"]
-        bad = [s for s in shapes if s not in GEOMETRIES]
-        if bad:
-            raise UserError(f"unknown shape(s) {bad}; known: {', '.join(GEOMETRIES)}")
+        _check_known(shapes, GEOMETRIES, "shape")
         recipes = recipes or draft_recipes()
         not_draft = [r for r in recipes if not _is_draft(r)]
         if not_draft:
@@ -130,9 +134,7 @@ def register(app: typer.Typer) -> None:
         if not torch.cuda.is_available():
             raise UserError("bench e2e needs a CUDA GPU (none is visible)")
         res = resolution or ["480p"]
-        bad = [r for r in res if r not in RESOLUTIONS]
-        if bad:
-            raise UserError(f"unknown resolution(s) {bad}; known: {', '.join(RESOLUTIONS)}")
+        _check_known(res, RESOLUTIONS, "resolution")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
         rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], blocks=blocks, reps=reps, log=log)
         if as_json:
