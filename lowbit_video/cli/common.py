@@ -29,9 +29,11 @@ err = Console(stderr=True, soft_wrap=True)
 JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON object on stdout instead of a table.")
 
 # typer's rich help prints a value type after every option, "<bool>" after flags too (--json, --overwrite,
-# --help), which take no value; the help shows none for them.
-_display_type = TyperOption.display_type_rich
-TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)
+# --help), which take no value; the help shows none for them. Older typer releases have no such hook
+# (and print no type there), so the CLI runs with them unchanged.
+_display_type = getattr(TyperOption, "display_type_rich", None)
+if _display_type is not None:
+    TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)
 
 
 def line_progress(what: str, quiet: bool, prefix: str = "") -> LineProgress | None:
