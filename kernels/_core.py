@@ -389,7 +389,7 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
              PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
-             PROW: tl.constexpr = False, PIPE: tl.constexpr = False):
+             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, GATED: tl.constexpr = False):
     """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
@@ -407,9 +407,15 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
     MODE 4 NVFP4 (nvfp4, sage-nvfp4): Q, K (B·H, N_pad, D) and VT (B·H, D, N_pad) hold E2M1·s_b in fp16
       (exact); QS, KS, VS the fp32 per-tensor outer scales (1 element each); SMQ 2 as MODE 3 (ΔS table);
       P̃ quantized in-kernel per 16 keys, PROW: with the two-level per-row outer scale.
+    GATED (MODE 1, the exact bf16 fallback launched after the E4M3 kernel; kernels/launch.py): BAD holds the
+      pre-pass's counters [Q/K blocks, V blocks E4M3 could not hold, P̃ blocks of the E4M3 kernel, of this one];
+      every program returns at once unless a fold counted a block, so no host decides which kernel's output stands.
     """
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    if GATED:
+        if tl.load(BAD) + tl.load(BAD + 1) == 0:
+            return
     b = pid_bh // H
     h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -472,7 +478,10 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
     o_ptrs = O + b * so_b + h * so_h + offs_m[:, None] * so_n + offs_d[None, :] * so_d
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < N_Q)[:, None])
     if MODE == 1:
-        tl.atomic_add(BAD, tl.sum(n_bad, axis=0))
+        if GATED:
+            tl.atomic_add(BAD + 3, tl.sum(n_bad, axis=0))
+        else:
+            tl.atomic_add(BAD, tl.sum(n_bad, axis=0))
 
 
 @triton.jit

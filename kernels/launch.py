@@ -25,10 +25,13 @@ ENTRY = "launch:attention"  # this module's entry in the dispatch table
 
 @dataclass
 class KernelStats:
-    """What the last call did about exactness. `qk_fallback` / `v_fallback`: the E4M3 fold could not
-    hold every block (`*_inexact_blocks` of them), so that operand ran in bf16 (exact) instead.
-    `p_inexact_blocks`: P̃ blocks with exponent < −16 (each weight < 6·2^−17 of the row maximum) whose
-    E4M3 encoding rounded (0 when exact_p=True)."""
+    """What the last call did about exactness, read from the device by `finalize_stats` (the call itself never
+    waits for the GPU). MXFP4: `qk_inexact_blocks` / `v_inexact_blocks` blocks the E4M3 fold could not hold;
+    when there are any, the call's output is the exact bf16 fallback's (every operand in bf16, the Triton
+    kernel): `qk_fallback` and `v_fallback` (V only when it was 8-bit, i.e. not exact_p), and `kernel` says
+    "triton". `p_inexact_blocks`: P̃ blocks with exponent < −16 (each weight < 6·2^−17 of the row maximum) whose
+    E4M3 encoding rounded in the kernel whose output stands (0 when exact_p=True or in the fallback).
+    Pass `stats` to `attention` to have the pre-pass timed as well (`prepass_ms`)."""
 
     variant: str = ""
     qk_inexact_blocks: int = 0
@@ -38,6 +41,7 @@ class KernelStats:
     p_inexact_blocks: int = 0
     prepass_ms: float = 0.0  # set by finalize_stats
     kernel: str = ""  # which kernel ran: "gluon" (kernels/gluon_ws.py) or "triton" (kernels/_core.py)
+    timed: bool = False  # record CUDA events around the pre-pass (set when the caller passes stats)
 
 
 last_stats = KernelStats()
@@ -96,6 +100,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     st = stats if stats is not None else KernelStats()
     st.variant = variant
+    st.timed = stats is not None
     cfg = merged_config(variant, D, config, spec.placement)
     dev = q.device
 
@@ -124,6 +129,48 @@ def _qk_fp8(cfg: dict, gluon: bool) -> bool:
     return bool(cfg["QK_FP8"]) if cfg.get("QK_FP8") is not None else gluon
 
 
+def _mx_operands(q, k, v, spec, layout, exact_p, gluon, B, H, D):
+    """The MXFP4 pre-pass without a host decision: Q, K and V folded into E4M3 (V in bf16 with exact_p), each in the
+    first half of a bf16-sized buffer, and the plan of the exact bf16 fallback (`_run_fallback`), which overwrites
+    those buffers on the device only if a fold counted a block it could not hold. The buffers cost one byte per
+    operand element more than E4M3 alone; the decision costs no host synchronisation (one per call before)."""
+    dev = q.device
+    nq_pad = triton.cdiv(prepass._dims(q, layout)[2], prepass.TILE) * prepass.TILE
+    nk_pad = triton.cdiv(prepass._dims(k, layout)[2], prepass.TILE) * prepass.TILE
+    counts = torch.zeros((4,), device=dev, dtype=torch.int32)  # [Q/K, V fold, P̃ E4M3 kernel, P̃ fallback]
+    qbuf = torch.empty((B * H, nq_pad, D), device=dev, dtype=torch.bfloat16)
+    kbuf = torch.empty((B * H, nk_pad, D), device=dev, dtype=torch.bfloat16)
+    vbuf = torch.empty((B * H, D, nk_pad), device=dev, dtype=torch.bfloat16)
+    qq, kk = prepass.fp8_view(qbuf), prepass.fp8_view(kbuf)
+    vv = vbuf if exact_p else prepass.fp8_view(vbuf)
+    qs, ks, vs = prepass.mx_prepass(q, k, v, layout, spec, counts=counts, qk_out=(qq, kk), v_out=vv,
+                                    operand_order=gluon and not exact_p)
+    fallback = dict(q=q, k=k, v=v, layout=layout, spec=spec, counts=counts, qbuf=qbuf, kbuf=kbuf, vbuf=vbuf,
+                    vs=vs, v_again=not exact_p)
+    return qq, qs, kk, ks, vv, vs, fallback
+
+
+def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg):
+    """The exact bf16 fallback of an MXFP4 call, after its E4M3 kernel: the gated pre-pass rewrites Q, K (and an
+    8-bit V) in bf16 into the same buffers, then the gated Triton kernel overwrites `out`; each launch returns at
+    once when no fold counted a block (the usual case: a few microseconds)."""
+    qs, ks, vs = prepass.mx_prepass(fb["q"], fb["k"], fb["v"], fb["layout"], fb["spec"], counts=fb["counts"],
+                                    qk_out=(fb["qbuf"], fb["kbuf"]), v_out=fb["vbuf"] if fb["v_again"] else None,
+                                    gated=True)
+    qq, kk, vv = fb["qbuf"], fb["kbuf"], fb["vbuf"]
+    vs = vs if fb["v_again"] else fb["vs"]  # (exact_p: V was bf16 already, its exponents 0)
+    P2 = dict(P, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, p_fp8=False,
+              sq=(qq.stride(0) * H, qq.stride(0), qq.stride(1), 1), sk=(kk.stride(0) * H, kk.stride(0), kk.stride(1), 1),
+              sv=(vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2)), sqs=qs.stride(0), sks=ks.stride(0),
+              svs=vs.stride(0))
+    # bf16 K/V tiles are twice the bytes: PIPE's 4 stages do not fit in shared memory (327724 B > 232448 on the
+    # H200), the unpipelined 3-stage loop does
+    cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
+    grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), P["qq"].shape[0])
+    _attn(grid, P2, out, so, kpm, fb["counts"], skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg,
+          cfg["NUM_STAGES"], gated=True)
+
+
 def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
              qk_fp8=False):
     """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs). gluon: the Gluon
@@ -149,31 +196,14 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
         qs = ks = vs = dummy_f
         sqs = sks = svs = 0
     else:
-        timed = q.is_cuda
+        timed = q.is_cuda and st.timed
         if timed:
             t0 = torch.cuda.Event(enable_timing=True)
             t1 = torch.cuda.Event(enable_timing=True)
             t0.record()
         if variant == "mx":
             mode = MODE_MX
-            had = spec.rotation == "hadamard"
-            qq, qs, qbad = prepass.mx_rows(q, layout, spec.q, fp8=True, hadamard=had)
-            kk, ks, kbad = prepass.mx_rows(k, layout, spec.k, fp8=True, hadamard=had)
-            vv, vs, vbad = prepass.mx_cols(v, layout, spec.v, fp8=not exact_p, operand_order=gluon and not exact_p)
-            # one device-to-host read (one sync) for the three counts: the fallback decision
-            nq, nk, nv = torch.cat([qbad, kbad, vbad]).tolist()
-            st.qk_inexact_blocks = nq + nk
-            st.v_inexact_blocks = nv if not exact_p else 0
-            st.qk_fallback = st.qk_inexact_blocks > 0
-            if st.qk_fallback:
-                qq, qs, _ = prepass.mx_rows(q, layout, spec.q, fp8=False, hadamard=had)
-                kk, ks, _ = prepass.mx_rows(k, layout, spec.k, fp8=False, hadamard=had)
-            st.v_fallback = st.v_inexact_blocks > 0
-            if st.v_fallback:
-                vv, vs, _ = prepass.mx_cols(v, layout, spec.v, fp8=False)
-            elif st.qk_fallback and gluon and not exact_p:
-                # bf16 Q/K run the Triton kernel, which reads Vᵀ in token order
-                vv, vs, _ = prepass.mx_cols(v, layout, spec.v, fp8=True)
+            qq, qs, kk, ks, vv, vs, fallback = _mx_operands(q, k, v, spec, layout, exact_p, gluon, B, H, D)
             p_fp8 = vv.dtype == torch.float8_e4m3fn
             rule, flq, qmax = prepass.rule_params(spec.p)
             p_shift, pnq = 8.0, spec.placement == "pnq"
@@ -215,7 +245,9 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
 
     use_gluon = (gluon and dispatch.BY_NAME[variant].gluon and qq.element_size() == 1 and vv.element_size() == 1
                  and smq != 1)
-    return dict(gluon=use_gluon, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
+    if variant != "mx":
+        fallback = None
+    return dict(gluon=use_gluon, fallback=fallback, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
                 sks=sks, svs=svs,
                 mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,
                 kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
@@ -227,17 +259,13 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
     if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     so = prepass._bhnd_strides(out, layout)
-    # MXFP4's count of inexact P̃ blocks (the kernels add to it); the other variants never touch it
-    bad = (torch.zeros((1,), device=q.device, dtype=torch.int32) if prep["mode"] == MODE_MX
-           else _placeholder(q.device, torch.int32))
     P = prep
-    if P["mode"] == MODE_MX and (P["qq"].element_size() > 1 or P["vv"].element_size() > 1):
-        # the exact bf16 fallbacks double the K/V tile bytes: PIPE's 4 stages do not fit in shared memory
-        # (327724 B > 232448 on the H200), the unpipelined 3-stage loop does
-        cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
-    # the warp-specialized Gluon kernel (kernels/gluon_ws.py) takes 8-bit operands only: an MXFP4 pre-pass that
-    # fell back to bf16 operands for exactness (or exact_p) runs the Triton kernel, with the same numerics
-    # the pre-pass wrote Vᵀ in the Gluon kernel's key order exactly when that kernel is to run
+    fb = P["fallback"]
+    # MXFP4's count of inexact P̃ blocks (the kernels add to it): the E4M3 kernel's slot of the pre-pass counters;
+    # the other variants never touch it
+    bad = fb["counts"][2:] if fb is not None else _placeholder(q.device, torch.int32)
+    # the warp-specialized Gluon kernel (kernels/gluon_ws.py) takes 8-bit operands only (exact_p's bf16 V runs the
+    # Triton kernel, with the same numerics); the pre-pass wrote Vᵀ in its key order exactly when it is to run
     if P.get("gluon"):
         from . import gluon_ws
 
@@ -247,14 +275,20 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         st.kernel = "gluon"
     else:
         st.kernel = "triton"
-        grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
-        _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, cfg["NUM_STAGES"])
-    st._bad = bad if P["mode"] == MODE_MX else None
+        tcfg = cfg
+        if P["vv"].element_size() > 1:  # exact_p's bf16 V: as the fallback's tiles (`_run_fallback`)
+            tcfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
+        grid = (triton.cdiv(Nq, tcfg["BLOCK_M"]), B * H)
+        _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, tcfg, tcfg["NUM_STAGES"])
+    if fb is not None:
+        _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg)
+    st._counts = fb["counts"] if fb is not None else None
+    st._exact_p = fb is not None and not fb["v_again"]
     last_stats = st
     return out
 
 
-def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages):
+def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages, gated=False):
     attn_fwd[grid](
         P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad, P["kf"], P["qm"], P["hv"],
         *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,
@@ -263,14 +297,23 @@ def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pro
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
         PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False), PIPE=cfg.get("PIPE", False),
+        GATED=gated,
     )
 
 
 def finalize_stats(st: KernelStats) -> KernelStats:
-    """Synchronize and read the device-side counters of `st` (P̃ inexact blocks, pre-pass time)."""
-    bad = getattr(st, "_bad", None)
-    if bad is not None:
-        st.p_inexact_blocks = int(bad.item())
+    """Synchronize and read the device-side counters of `st`: the MXFP4 fold counts and so whether the exact
+    fallback's output stands, P̃ inexact blocks, the pre-pass time (when timed)."""
+    counts = getattr(st, "_counts", None)
+    if counts is not None:
+        nqk, nv, p_e4m3, p_fallback = counts.tolist()
+        fallback = nqk + nv > 0
+        st.qk_inexact_blocks, st.v_inexact_blocks = nqk, nv
+        st.qk_fallback = fallback
+        st.v_fallback = fallback and not st._exact_p
+        st.p_inexact_blocks = 0 if st._exact_p or fallback else p_e4m3
+        if fallback:
+            st.kernel = "triton"
     ev = getattr(st, "_events", None)
     if ev is not None:
         ev[1].synchronize()

@@ -4,8 +4,9 @@ MXFP4 (mxattention family): Q/K (after the Hadamard rotation, a matmul with the 
 matrix) in 32-blocks along head_dim, V in 32-blocks along tokens per channel, each block with the
 recipe's scale rule; the block exponents are folded into the E4M3 values against one exponent per
 128-token tile (Q/K) or per channel (V): value = E2M1·2^(e_b − R), exact in E4M3 iff e_b − R ≥ −8
-(R = max e_b − 6 puts the largest block at the top of E4M3). Blocks below that are counted; the
-caller then re-runs the pre-pass writing bf16 (exact for every block) — never silently inexact.
+(R = max e_b − 6 puts the largest block at the top of E4M3). Blocks below that are counted on the device;
+the launcher then runs the same pre-pass writing bf16 (exact for every block) and the Triton kernel, both gated on
+that count (`mx_prepass(gated=True)`, kernels/launch.py) — never silently inexact, never a host read.
 
 sage2-int8: K smoothing (per-channel mean over tokens), INT8 per token for Q and K, FP8 E4M3 per
 channel for V (scale amax/448), in Triton; the codes are the engine's bit for bit (fp64 mean, fp32 scales
@@ -58,14 +59,19 @@ def _rotate(x, M, cols, scale, D: tl.constexpr, X_F32: tl.constexpr):
 
 
 @triton.jit
-def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, had_scale,
-                    D: tl.constexpr, ROWS: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
-                    QMAX: tl.constexpr, OUT_FP8: tl.constexpr, HAD: tl.constexpr, X_F32: tl.constexpr):
-    """Q/K: one program per 128-token tile of one (batch, head). OUT is (B·H, n_tiles·ROWS, D).
-    HAD: rotate first, x @ (±1 Sylvester matrix HM, exact in x's dtype) · 1/sqrt(D) with an fp32
-    accumulator (IEEE fp32 products for fp32 inputs)."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+def _gate_closed(COUNTS):
+    """True where an exact-fallback launch has nothing to do: no Q/K block (COUNTS[0]) and no V block (COUNTS[1])
+    needed it. Read on the device, so no host decides between the E4M3 operands and the bf16 fallback."""
+    return (tl.load(COUNTS) + tl.load(COUNTS + 1)) == 0
+
+
+@triton.jit
+def _mx_rows(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, had_scale, pid_t, pid_bh,
+             D: tl.constexpr, ROWS: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
+             OUT_FP8: tl.constexpr, HAD: tl.constexpr, X_F32: tl.constexpr):
+    """Q/K: one 128-token tile of one (batch, head). OUT is (B·H, n_tiles·ROWS, D); blocks E4M3 cannot hold are
+    added to BAD (OUT_FP8). HAD: rotate first, x @ (±1 Sylvester matrix HM, exact in x's dtype) · 1/sqrt(D) with
+    an fp32 accumulator (IEEE fp32 products for fp32 inputs)."""
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
     if HAD:
         x = _rotate(x, HM, cols, had_scale, D, X_F32)
@@ -88,6 +94,33 @@ def _mx_rows_kernel(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles
     y = tl.reshape(y, (ROWS, D))
     tl.store(OUT + pid_bh * (n_tiles * ROWS * D) + rows[:, None] * D + cols[None, :], y.to(OUT.dtype.element_ty))
     tl.store(REXP + pid_bh * n_tiles + pid_t, r)
+
+
+@triton.jit
+def _mx_fold_kernel(Q, K, V, HM, QO, KO, QR, KR, VPART, COUNTS, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d,
+                    sv_b, sv_h, sv_n, sv_d, H, Nq, Nk, nq_tiles, nk_tiles, BH, had_scale,
+                    D: tl.constexpr, ROWS: tl.constexpr, RULE_Q: tl.constexpr, FLQ_Q: tl.constexpr,
+                    QMAX_Q: tl.constexpr, RULE_K: tl.constexpr, FLQ_K: tl.constexpr, QMAX_K: tl.constexpr,
+                    OUT_FP8: tl.constexpr, HAD: tl.constexpr, X_F32: tl.constexpr, RTILES: tl.constexpr,
+                    GATED: tl.constexpr):
+    """The MXFP4 pre-pass's first launch, programs split by id: [0, nq_tiles) fold Q's 128-token tiles
+    (`_mx_rows`, the blocks E4M3 cannot hold counted into COUNTS[0]), the next nk_tiles K's, the rest each write a
+    chunk's |max| per channel of V (RTILES·ROWS tokens, into VPART (chunks, B·H, D); V's fold exponents need the
+    whole sequence). GATED (the exact bf16 fallback): every program returns unless a fold counted a block."""
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    if GATED:
+        if _gate_closed(COUNTS):
+            return
+    if pid < nq_tiles:
+        _mx_rows(Q, HM, QO, QR, COUNTS, sq_b, sq_h, sq_n, sq_d, H, Nq, nq_tiles, had_scale, pid, pid_bh, D, ROWS,
+                 RULE_Q, FLQ_Q, QMAX_Q, OUT_FP8, HAD, X_F32)
+    elif pid < nq_tiles + nk_tiles:
+        _mx_rows(K, HM, KO, KR, COUNTS, sk_b, sk_h, sk_n, sk_d, H, Nk, nk_tiles, had_scale, pid - nq_tiles, pid_bh,
+                 D, ROWS, RULE_K, FLQ_K, QMAX_K, OUT_FP8, HAD, X_F32)
+    else:
+        _token_partial(V, VPART, sv_b, sv_h, sv_n, sv_d, H, Nk, BH, pid - nq_tiles - nk_tiles, pid_bh, D, ROWS,
+                       RTILES, True)
 
 
 @triton.jit
@@ -119,26 +152,42 @@ def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexp
 
 
 @triton.jit
-def _mx_exponent_kernel(AMAX, OUT, n, RULE: tl.constexpr, FLQ: tl.constexpr, QMAX: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    """OUT = mx_exponent(AMAX) elementwise (int32; AMAX fp32 >= 0, zeros give 0)."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inb = offs < n
-    tl.store(OUT + offs, mx_exponent(tl.load(AMAX + offs, mask=inb, other=0.0), RULE, FLQ, QMAX), mask=inb)
+def _mx_v_exponent_kernel(VPART, REXP, BH, chunks, D: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
+                          QMAX: tl.constexpr):
+    """Per (batch, head) program: each channel's fold exponent REXP (B·H, D) int32, its largest block exponent − 6
+    (0 for an all-zero channel), from the chunks' |max| partials. Every rule's exponent is non-decreasing in the
+    block maximum (and the clamp keeps that), so the largest block exponent is the exponent of the channel's
+    largest |v|."""
+    bh = tl.program_id(0)
+    cols = tl.arange(0, D)
+    amax = tl.zeros([D], tl.float32)
+    for c in range(chunks):
+        amax = tl.maximum(amax, tl.load(VPART + (c * BH + bh) * D + cols))
+    tl.store(REXP + bh * D + cols, tl.where(amax > 0, mx_exponent(amax, RULE, FLQ, QMAX) - 6, 0))
 
 
 @triton.jit
 def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
                     D: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
-                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr, OPERAND_ORDER: tl.constexpr):
+                    FLQ: tl.constexpr, QMAX: tl.constexpr, OUT_FP8: tl.constexpr, OPERAND_ORDER: tl.constexpr,
+                    GATED: tl.constexpr = False):
     """V, second pass: one program per (TB-token tile, batch·head); 32-blocks along tokens; REXP (B·H, D)
-    the fold exponent of each channel over the whole sequence (the first pass's maximum − 6; 0 for bf16).
-    OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `operand_key` order if OPERAND_ORDER."""
+    the fold exponent of each channel over the whole sequence (`_mx_v_exponent_kernel`); bf16 output folds
+    against 0, written to REXP here. OUT is V transposed, (B·H, D, N_PAD), zero-padded; tokens in `operand_key`
+    order if OPERAND_ORDER. GATED: as `_mx_fold_kernel`'s (BAD then holds the fold counters)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    if GATED:
+        if _gate_closed(BAD):
+            return
     xb, k, amax = _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D, TB, RULE, FLQ, QMAX, OPERAND_ORDER)
     chans = tl.arange(0, D)
-    r = tl.load(REXP + pid_bh * D + chans)
+    if OUT_FP8:
+        r = tl.load(REXP + pid_bh * D + chans)
+    else:
+        r = tl.zeros([D], tl.int32)
+        if pid_t == 0:
+            tl.store(REXP + pid_bh * D + chans, r)
     rel = k - r[None, :]
     if OUT_FP8:
         bad = tl.sum(tl.sum(((amax > 0) & (rel < -8)).to(tl.int32), axis=1), axis=0)
@@ -169,23 +218,94 @@ def rule_params(op) -> tuple[int, int, float]:
     return rule, int(math.floor(math.log2(q))) if rule != 0 else 2, q
 
 
+def fp8_view(buf: torch.Tensor) -> torch.Tensor:
+    """The first half of a bf16 buffer's bytes as an E4M3 tensor of the buffer's shape: the MXFP4 operands live
+    there, so that the exact bf16 fallback can overwrite the same buffer without the host deciding first."""
+    return buf.view(-1).view(torch.float8_e4m3fn)[:buf.numel()].view(buf.shape)
+
+
+def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, layout: str, spec, *,
+               counts: torch.Tensor, qk_out=(None, None), v_out: torch.Tensor | None = None,
+               operand_order: bool = False, gated: bool = False):
+    """The MXFP4 operands of a call, written into the given buffers: Q and K folded per 128-token tile (qk_out,
+    (B·H, N_pad, D) each, E4M3 or bf16 by their dtype), Vᵀ folded per channel (v_out (B·H, D, Nk_pad), tokens
+    in `operand_key` order if operand_order). An operand whose buffer is None (or, for Q / K, whose tensor is
+    None) is left out. Returns the exponents (Q (B·H, q tiles), K (B·H, k tiles), V (B·H, D); int32). E4M3 output
+    counts the blocks it cannot hold into counts[0] (Q/K) and counts[1] (V). gated (bf16 output, the exact
+    fallback): every launch returns at once unless one of those counts is nonzero. Three launches for E4M3 (Q, K
+    and V's |max| partials; V's exponents; V's fold), two for the fallback."""
+    qo, ko = qk_out
+    q = q if qo is not None else None
+    k = k if ko is not None else None
+    x = next(t for t in (q, k, v) if t is not None)
+    B, H, _, D = _dims(x, layout)
+    Nq = _dims(q, layout)[2] if q is not None else 0
+    Nk = _dims(v, layout)[2]
+    BH = B * H
+    dev = x.device
+    if q is not None and k is not None and (q.dtype != k.dtype or q.dtype not in _FOLD_DTYPES):
+        q, k = q.float(), k.float()
+    q, k = (t if t is None or t.dtype in _FOLD_DTYPES else t.float() for t in (q, k))
+    fp8 = next((o.dtype == torch.float8_e4m3fn for o in (qo, ko) if o is not None), False)
+    nq_t = triton.cdiv(Nq, TILE) if q is not None else 0
+    nk_t = triton.cdiv(Nk, TILE)
+    qr = torch.empty((BH, nq_t), device=dev, dtype=torch.int32)
+    kr = torch.empty((BH, nk_t if k is not None else 0), device=dev, dtype=torch.int32)
+    vr = torch.empty((BH, D), device=dev, dtype=torch.int32)
+    v_fp8 = v_out is not None and v_out.dtype == torch.float8_e4m3fn
+    rtiles = TOKEN_REDUCE[1]
+    chunks = triton.cdiv(Nk, TILE * rtiles) if v_fp8 else 0
+    vpart = torch.empty((chunks, BH, D), device=dev, dtype=torch.float32) if v_fp8 else counts
+    had = spec.rotation == "hadamard"
+    qx = q if q is not None else (k if k is not None else x)
+    kx = k if k is not None else qx
+    hm = _sylvester_pm1(D, qx.dtype, dev) if had else qx
+    rq, rk = rule_params(spec.q), rule_params(spec.k)
+    grid0 = nq_t + (nk_t if k is not None else 0) + chunks
+    if grid0:
+        _mx_fold_kernel[(grid0, BH)](
+            qx, kx, v, hm, qo if qo is not None else counts, ko if ko is not None else counts, qr, kr, vpart, counts,
+            *_bhnd_strides(qx, layout), *_bhnd_strides(kx, layout), *_bhnd_strides(v, layout), H, Nq, Nk, nq_t,
+            nk_t if k is not None else 0, BH, 1.0 / math.sqrt(D), D=D, ROWS=TILE, RULE_Q=rq[0], FLQ_Q=rq[1],
+            QMAX_Q=rq[2], RULE_K=rk[0], FLQ_K=rk[1], QMAX_K=rk[2], OUT_FP8=fp8, HAD=had,
+            X_F32=qx.dtype == torch.float32, RTILES=rtiles, GATED=gated, num_warps=8)
+    if v_out is not None:
+        rule, flq, qmax = rule_params(spec.v)
+        if v_fp8:
+            _mx_v_exponent_kernel[(BH,)](vpart, vr, BH, chunks, D=D, RULE=rule, FLQ=flq, QMAX=qmax, num_warps=4)
+        # (E4M3 adds to the V counter, counts[1]; a gated launch reads both counters)
+        _mx_cols_kernel[(nk_t, BH)](v, v_out, vr, counts if gated else counts[1:], *_bhnd_strides(v, layout), H, Nk,
+                                    v_out.shape[-1], D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=qmax, OUT_FP8=v_fp8,
+                                    OPERAND_ORDER=operand_order, GATED=gated, num_warps=8)
+    return qr, kr, vr
+
+
+_FOLD_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _mx_one(x: torch.Tensor, layout: str, op, fp8: bool, along_tokens: bool, operand_order: bool = False,
+            hadamard: bool = False):
+    """One operand through `mx_prepass` (Q's slot for rows, V's for columns): (values, exponents, inexact count)."""
+    from types import SimpleNamespace
+
+    B, H, N, D = _dims(x, layout)
+    n_pad = triton.cdiv(N, TILE) * TILE
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    counts = torch.zeros((2,), device=x.device, dtype=torch.int32)
+    spec = SimpleNamespace(q=op, k=op, v=op, rotation="hadamard" if hadamard else "none")
+    if along_tokens:
+        out = torch.empty((B * H, D, n_pad), device=x.device, dtype=dtype)
+        _, _, rexp = mx_prepass(None, None, x, layout, spec, counts=counts, v_out=out, operand_order=operand_order)
+        return out, rexp, counts[1:]
+    out = torch.empty((B * H, n_pad, D), device=x.device, dtype=dtype)
+    rexp, _, _ = mx_prepass(x, None, x, layout, spec, counts=counts, qk_out=(out, None))
+    return out, rexp, counts[:1]
+
+
 def mx_rows(x: torch.Tensor, layout: str, op, fp8: bool, hadamard: bool = False):
     """Q or K (rotated by the normalized Hadamard matrix first if `hadamard`) -> (values (B·H, N_pad, D),
     tile exponents (B·H, n_tiles) int32, count of blocks E4M3 could not hold exactly (fp8=True only))."""
-    B, H, N, D = _dims(x, layout)
-    n_tiles = triton.cdiv(N, TILE)
-    out = torch.empty((B * H, n_tiles * TILE, D), device=x.device,
-                      dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
-    rexp = torch.empty((B * H, n_tiles), device=x.device, dtype=torch.int32)
-    bad = torch.zeros((1,), device=x.device, dtype=torch.int32)
-    rule, flq, q = rule_params(op)
-    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        x = x.float()
-    hm = _sylvester_pm1(D, x.dtype, x.device) if hadamard else x
-    _mx_rows_kernel[(n_tiles, B * H)](x, hm, out, rexp, bad, *_bhnd_strides(x, layout), H, N, n_tiles,
-                                      1.0 / math.sqrt(D), D=D, ROWS=TILE, RULE=rule, FLQ=flq, QMAX=q,
-                                      OUT_FP8=fp8, HAD=hadamard, X_F32=x.dtype == torch.float32, num_warps=8)
-    return out, rexp, bad
+    return _mx_one(x, layout, op, fp8, along_tokens=False, hadamard=hadamard)
 
 
 def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
@@ -195,28 +315,7 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
     The channels' fold exponents from one |max| reduction over the tokens, then one pass over (token tile,
     batch·head) programs for the quantization (one program per channel group looping over the sequence, as
     before, left the H200 with 160 programs at Wan shapes)."""
-    B, H, N, D = _dims(v, layout)
-    n_tiles = triton.cdiv(N, TILE)
-    n_pad = n_tiles * TILE
-    out = torch.empty((B * H, D, n_pad), device=v.device, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
-    bad = torch.zeros((1,), device=v.device, dtype=torch.int32)
-    rule, flq, q = rule_params(op)
-    strides = _bhnd_strides(v, layout)
-    if fp8:
-        # The fold exponent of a channel is its largest block exponent − 6. Every rule's exponent is
-        # non-decreasing in the block maximum (and the clamp keeps that), so that is the exponent of the
-        # channel's largest |v|: one |max| reduction over the tokens (exact) instead of a pass of tiles.
-        cmax = token_absmax(v, layout)  # (B·H, D) fp32
-        kmax = torch.empty((B * H, D), device=v.device, dtype=torch.int32)
-        _mx_exponent_kernel[(triton.cdiv(B * H * D, 1024),)](cmax, kmax, B * H * D, RULE=rule, FLQ=flq, QMAX=q,
-                                                            BLOCK=1024)
-        rexp = torch.where(cmax > 0, kmax - 6, 0).to(torch.int32).contiguous()
-    else:
-        rexp = torch.zeros((B * H, D), device=v.device, dtype=torch.int32)
-    _mx_cols_kernel[(n_tiles, B * H)](v, out, rexp, bad, *strides, H, N, n_pad,
-                                      D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=q, OUT_FP8=fp8,
-                                      OPERAND_ORDER=operand_order, num_warps=8)
-    return out, rexp, bad
+    return _mx_one(v, layout, op, fp8, along_tokens=True, operand_order=operand_order)
 
 
 _PM1 = {}

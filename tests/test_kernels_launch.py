@@ -1,16 +1,19 @@
 """`launch.attention` and `attend`'s dispatch to it (kernels/launch.py): key padding masks, promote=False, fully
-masked rows, the exact bf16 fallbacks and exact_p, which recipes run on CUDA only, and `attend` picking the kernel
-on CUDA. Criterion: tests/kernel_helpers.py."""
+masked rows, the exact bf16 fallbacks (decided on the device) and exact_p, which recipes run on CUDA only, `attend`
+picking the kernel on CUDA, and its hot path: no host synchronisation, replayable in a CUDA graph. Criterion:
+tests/kernel_helpers.py."""
 
 from __future__ import annotations
+
+import textwrap
 
 import pytest
 import torch
 
 from lowbit_video.attention import attend, exact_attention
 from kernel_helpers import (
-    RATIO, INT4_RECIPES, NVFP4_RECIPES, HAS_TRITON, needs_cuda, make_qkv, rel_l2, to_layout, from_layout,
-    check_against_reference)
+    REPO, RATIO, INT4_RECIPES, NVFP4_RECIPES, HAS_TRITON, needs_cuda, interpreter_kernels, run_interpreted, make_qkv,
+    rel_l2, to_layout, from_layout, check_against_reference)
 
 
 @pytest.mark.gpu
@@ -168,3 +171,116 @@ def test_int4_and_nvfp4_recipes_are_supported_on_cuda_only(recipe):
     if HAS_TRITON:
         assert supports(spec) == (True, "")
     assert supports(spec, "cpu", 128) == (False, "kernels run on CUDA devices only")
+
+
+def _spread_k(k: torch.Tensor) -> torch.Tensor:
+    """K with one token's first 32-block 2^-23 times smaller: 23 binades below its tile, more than E4M3 holds."""
+    k = k.clone()
+    k[0, 0, 5, :32] *= 2.0 ** -23
+    return k
+
+
+_FALLBACK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    from kernel_helpers import make_qkv, rel_l2
+    from lowbit_video.attention import attend, exact_attention
+    from lowbit_video.kernels import launch
+    res = {{}}
+    q, k, v = make_qkv(1, 2, 130, 200, 64, outliers=False, dtype=torch.float32)
+    spread = k.clone()
+    spread[0, 0, 5, :32] *= 2.0 ** -23
+    run_fallback = launch._run_fallback
+    for name, kk in (("plain", k), ("spread", spread)):
+        st = launch.KernelStats()
+        out = launch.attention(q, kk, v, "mxfp4-ocp", stats=st).double()
+        launch.finalize_stats(st)
+        launch._run_fallback = lambda *a, **kw: None  # the E4M3 kernel's output alone
+        e4m3 = launch.attention(q, kk, v, "mxfp4-ocp").double()
+        launch._run_fallback = run_fallback
+        ref = attend(q, kk, v, "mxfp4-ocp", backend="reference").double()
+        res[name] = dict(diff=rel_l2(out, ref), err=rel_l2(ref, exact_attention(q, kk, v)), fallback=st.qk_fallback,
+                         v_fallback=st.v_fallback, blocks=st.qk_inexact_blocks, kernel=st.kernel,
+                         rewritten=not torch.equal(out, e4m3))
+    print(json.dumps(res))
+    """
+)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@interpreter_kernels
+def test_exact_fallback_is_decided_on_the_device_under_triton_interpreter():
+    """The gated bf16 pre-pass and kernel after the E4M3 kernel: without a block E4M3 cannot hold they return at once
+    (the output is the E4M3 kernel's, within the bound); with one (a K block 2^-23 below its tile) they rewrite the
+    output, and the stats read afterwards say so. No host read decides it. (The values of the bf16 fallback are
+    GPU-tested: the interpreter computes bf16 dots wrongly, see kernels/README.md.)"""
+    res = run_interpreted(_FALLBACK_SCRIPT.format(tests=str(REPO / "tests")))
+    plain, spread = res["plain"], res["spread"]
+    assert not plain["fallback"] and plain["blocks"] == 0 and not plain["rewritten"], res
+    assert plain["diff"] <= RATIO * plain["err"], res
+    assert spread["fallback"] and spread["v_fallback"] and spread["blocks"] == 1 and spread["kernel"] == "triton", res
+    assert spread["rewritten"], res
+
+
+def _hot_path_recipes() -> list[str]:
+    """Every recipe `attend` runs a kernel for but sage-nvfp4, whose pre-pass is formats.nvfp4 itself in float64 torch
+    (the reference's code, which checks its scales on the host; NVFP4 runs on 16-bit MMAs, no speed target), and the
+    draft recipes (their own kernel and tests); plus fp16 (torch SDPA)."""
+    from lowbit_video.kernels import dispatch
+
+    return [r for r in dispatch.kernel_recipes("attention") if r != "sage-nvfp4"] + ["fp16"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_attend_never_waits_for_the_gpu():
+    """After a first call (compilation, the recipe read, cached matrices), `attend` on CUDA only issues work: under
+    torch's sync debug mode "error" any synchronising call (a device-to-host read, a pageable copy, a stream
+    synchronisation) raises."""
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 300, 300, 128, outliers=True))
+    for recipe in _hot_path_recipes():
+        for layout in ("BHND", "BNHD"):
+            args = [to_layout(t, layout) for t in (q, k, v)]
+            attend(*args, recipe, layout=layout)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                attend(*args, recipe, layout=layout)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", ["mxattention", "sage2-int8", "rotateattention-half", "mxfp4-ocp"])
+def test_attend_replays_in_a_cuda_graph(recipe):
+    """`attend` captured once in a CUDA graph replays on new inputs to the eager output bit for bit. For the MXFP4
+    recipes the exact bf16 fallback is decided inside the replay: a K block E4M3 cannot hold, copied into the
+    captured inputs, gives the eager fallback's output (and that meets the bound)."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 300, 300, 128, outliers=True, seed=1))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attend(q, k, v, recipe)  # compile and cache outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attend(q, k, v, recipe)
+    inputs = [make_qkv(1, 2, 300, 300, 128, outliers=seed == 3, seed=seed) for seed in (2, 3)]
+    if recipe.startswith("mx"):
+        a, b, c = make_qkv(1, 2, 300, 300, 128, outliers=False, seed=4)
+        inputs.append((a, _spread_k(b), c))
+    for a, b, c in inputs:
+        q.copy_(a), k.copy_(b), v.copy_(c)
+        graph.replay()
+        st = KernelStats()
+        eager = attention(q, k, v, recipe, stats=st)
+        assert torch.equal(out, eager), (recipe, (out.float() - eager.float()).abs().max().item())
+        if finalize_stats(st).qk_fallback:
+            check_against_reference(recipe, q, k, v, out)
+    if recipe.startswith("mx"):
+        assert st.qk_fallback and st.kernel == "triton"  # the last input took the fallback
