@@ -18,19 +18,35 @@ class BenchShape:
     note: str = ""
 
 
+# The model zoo's self-attention shapes (batch 1, head_dim 128; tokens = latent frames x height x width patches,
+# plus the text tokens HunyuanVideo joins to its video tokens)
 SHAPES = {
-    "small": BenchShape("small", 1, 24, 8192, 128, "B=1 H=24 N=8192"),
-    "wan-480p": BenchShape("wan-480p", 1, 40, 32760, 128, "Wan2.1-14B 480p 81 frames (21x30x52 latent patches)"),
-    "wan-720p": BenchShape("wan-720p", 1, 40, 75600, 128, "Wan2.1-14B 720p 81 frames (21x45x80)"),
+    "short": BenchShape("short", 1, 24, 8192, 128, "B=1 H=24 N=8192: a short, small clip"),
+    "wan1.3b-480p": BenchShape("wan1.3b-480p", 1, 12, 32760, 128, "Wan2.1-1.3B 480p 81 frames (21x30x52)"),
+    "wan2.2-5b-720p": BenchShape("wan2.2-5b-720p", 1, 24, 27280, 128, "Wan2.2-TI2V-5B 720p 121 frames (31x22x40)"),
+    "hunyuan-540p": BenchShape("hunyuan-540p", 1, 24, 67576, 128,
+                               "HunyuanVideo 540p 129 frames (33x34x60 = 67320 video + 256 text tokens)"),
+    "wan14b-480p": BenchShape("wan14b-480p", 1, 40, 32760, 128, "Wan2.1-14B 480p 81 frames (21x30x52)"),
+    "wan14b-720p": BenchShape("wan14b-720p", 1, 40, 75600, 128, "Wan2.1-14B 720p 81 frames (21x45x80)"),
     "hunyuan-720p": BenchShape("hunyuan-720p", 1, 24, 119056, 128,
                                "HunyuanVideo 720p 129 frames (33x45x80 = 118800 video + 256 text tokens)"),
 }
-# (frames, height, width) of the latent patch grid behind each shape (the draft recipes pack by it)
+# the names earlier results and commands use
+ALIASES = {"small": "short", "wan-480p": "wan14b-480p", "wan-720p": "wan14b-720p"}
+# (frames, height, width) of the latent patch grid behind each shape (the draft recipes pack by it; HunyuanVideo's
+# text tokens are outside any grid)
 GEOMETRIES = {
-    "small": (8, 32, 32),
-    "wan-480p": (21, 30, 52),
-    "wan-720p": (21, 45, 80),
+    "short": (8, 32, 32),
+    "wan1.3b-480p": (21, 30, 52),
+    "wan2.2-5b-720p": (31, 22, 40),
+    "wan14b-480p": (21, 30, 52),
+    "wan14b-720p": (21, 45, 80),
 }
+
+
+def shape_name(name: str) -> str:
+    """A shape's name in SHAPES (an alias resolved)."""
+    return ALIASES.get(name, name)
 
 
 def default_recipes() -> tuple[str, ...]:
@@ -70,4 +86,4 @@ def median_ms(fn, *, warmup: int, reps: int) -> float:
     return statistics.median(cuda_times(fn, warmup=warmup, reps=reps))
 
 
-__all__ = ["BenchShape", "GEOMETRIES", "SHAPES", "cuda_times", "default_recipes", "draft_recipes", "median_ms"]
+__all__ = ["ALIASES", "BenchShape", "GEOMETRIES", "SHAPES", "shape_name", "cuda_times", "default_recipes", "draft_recipes", "median_ms"]

@@ -23,7 +23,7 @@ import torch
 
 from ..diagnostics.synthetic import apply_rope_3d
 from ..kernels.dispatch import attention_spec
-from .common import GEOMETRIES, SHAPES, draft_recipes, median_ms
+from .common import GEOMETRIES, SHAPES, draft_recipes, median_ms, shape_name
 
 SWEEP_SPARSITY = (0.5, 0.7, 0.8, 0.9, 0.95)
 
@@ -110,7 +110,7 @@ def sweep_specs(base) -> dict:
     return specs
 
 
-def bench_draft(shapes=("wan-720p",), *, recipes=None, sweep: bool = True, reps: int = 3, sample: int = 256,
+def bench_draft(shapes=("wan14b-720p",), *, recipes=None, sweep: bool = True, reps: int = 3, sample: int = 256,
                 seed: int = 0, config: dict | None = None, log=print) -> dict:
     """Rows per shape: SDPA cuDNN bf16 baseline, each draft recipe (default every draft recipe a kernel runs), and
     (sweep) the error–latency series around the first of them."""
@@ -118,7 +118,7 @@ def bench_draft(shapes=("wan-720p",), *, recipes=None, sweep: bool = True, reps:
 
     recipes = draft_recipes() if recipes is None else tuple(recipes)
     info = {"rows": [], "sweep": [], "baselines": [], "config": config}
-    for name in shapes:
+    for name in map(shape_name, shapes):
         sh = SHAPES[name]
         geometry = GEOMETRIES[name]
         q, k, v = structured_qkv(sh.batch, sh.heads, geometry, sh.head_dim, seed=seed)

@@ -1,11 +1,11 @@
-"""`lowbit-video bench e2e`: one DiT forward of a Wan2.1-14B-shaped transformer with random weights,
+"""`lowbit-video bench e2e`: one DiT forward of a Wan2.1-14B- or 1.3B-shaped transformer with random weights,
 per recipe, against the same forward with every attention call on torch SDPA cuDNN (bf16), same run.
 
 The model is diffusers' `WanTransformer3DModel` with the Wan2.1-T2V-14B configuration (40 blocks,
-40 heads x 128, ffn 13824, 16 latent channels in/out, text_dim 4096, patch 1x2x2), random
-initialization, bf16, on the GPU. `blocks` < 40 builds and times that many blocks (all 40 blocks are
-identical in shape, so block time scales linearly; embeddings and the output head are included
-once either way). Recipes run through the model adapters' processors (`models.injection.use_recipe`,
+40 heads x 128, ffn 13824, 16 latent channels in/out, text_dim 4096, patch 1x2x2) or the Wan2.1-T2V-1.3B one
+(30 blocks, 12 heads x 128, ffn 8960), random initialization, bf16, on the GPU. `blocks` below the model's
+builds and times that many blocks (all blocks are identical in shape, so block time scales linearly; embeddings
+and the output head are included once either way). Recipes run through the model adapters' processors (`models.injection.use_recipe`,
 the recipe's precision policy at a mid-schedule step); dense attention inside a recipe forward
 (e.g. cross-attention, which the recipes leave at 16 bit) and the baseline both run under
 `sdpa_kernel(CUDNN_ATTENTION)`. Timing: CUDA events around each forward, warm-up forwards first
@@ -27,6 +27,7 @@ WAN_14B = dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=
                qk_norm="rms_norm_across_heads", eps=1e-6)
 # Wan2.1-T2V-1.3B's published transformer config: 30 blocks, 12 heads x 128, ffn 8960
 WAN_1_3B = dict(WAN_14B, num_attention_heads=12, ffn_dim=8960, num_layers=30)
+MODELS = {"wan2.1-t2v-14b": WAN_14B, "wan2.1-t2v-1.3b": WAN_1_3B}
 BASELINE = "sdpa-cudnn"
 
 
@@ -62,16 +63,19 @@ def _time(fn, *, warmup: int, reps: int) -> list[float]:
     return cuda_times(fn, warmup=warmup, reps=reps)
 
 
-def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, blocks: int = 40,
-              reps: int = 3, warmup: int = 1, seed: int = 0, log=print) -> list[dict]:
-    """Rows {resolution, recipe, tokens, blocks, ms, ms_all, x_cudnn, ms_per_block, attention_calls}."""
+def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, model: str = "wan2.1-t2v-14b",
+              blocks: int | None = None, reps: int = 3, warmup: int = 1, seed: int = 0, log=print) -> list[dict]:
+    """Rows {model, resolution, recipe, tokens, blocks, params, ms, ms_all, x_cudnn, attention_calls}; `model` a
+    name of MODELS, `blocks` default all of its blocks."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from ..models.injection import use_recipe
     from ..models.steps import StepTracker
 
     dev, dt = "cuda", torch.bfloat16
-    model = build_wan(blocks, seed=seed, device=dev, dtype=dt)
+    name, config = model, MODELS[model]
+    blocks = config["num_layers"] if blocks is None else blocks
+    model = build_wan(blocks, config=config, seed=seed, device=dev, dtype=dt)
     n_params = sum(p.numel() for p in model.parameters())
     rows = []
     for res in resolutions:
@@ -94,9 +98,9 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, b
             ms = statistics.median(times)
             if recipe == BASELINE:
                 base = ms
-            row = dict(resolution=res, recipe=recipe, tokens=tokens, blocks=blocks, params=n_params,
+            row = dict(model=name, resolution=res, recipe=recipe, tokens=tokens, blocks=blocks, params=n_params,
                        ms=round(ms, 2), ms_all=[round(t, 2) for t in times],
                        x_cudnn=round(base / ms, 3), attention_calls=calls)
             rows.append(row)
-            log(f"e2e {res} {recipe}: {ms:.1f} ms ({base / ms:.3f}x cuDNN) calls={calls}")
+            log(f"e2e {name} {res} {recipe}: {ms:.1f} ms ({base / ms:.3f}x cuDNN) calls={calls}")
     return rows

@@ -1,11 +1,12 @@
-"""`lowbit-video bench kernels`: attention-kernel throughput on the GPU at real video-DiT shapes.
+"""`lowbit-video bench kernels`: attention throughput on the GPU at the model zoo's shapes (bench/common.py SHAPES).
 
-TFLOP/s counts 4·B·H·Nq·Nkv·D (non-causal forward, the two GEMMs). Every recipe row is timed as
-pre-pass (operand quantization, `prepass_ms`), kernel (`kernel_ms`) and one whole `attention()` call
-(`total_ms`, what the ratios use); SDPA cuDNN / flash (bf16) and sageattention 1.0.6 are measured in
-the same run on the same tensors. Timing: CUDA events around each call, warm-up calls first, the
-median of `reps` calls (long shapes take 0.05–0.5 s a call, so a few calls suffice). Each recipe is read
-once and its AttentionSpec passed to the calls, as the model's attention processors do.
+TFLOP/s counts 4·B·H·Nq·Nkv·D (non-causal forward, the two GEMMs). Every recipe row's `total_ms`, what the ratios
+use, is the public call a user or a model processor makes, `attend(q, k, v, "recipe")` (bf16 BHND, the recipe by
+name); the pre-pass (operand quantization, `prepass_ms`) and the kernel (`kernel_ms`) are also timed on their own
+(`kernels.launch.split_call`). Extra `--config` rows time `kernels.attention(..., config=...)` (attend takes no
+kernel settings). SDPA cuDNN / flash (bf16) and sageattention 1.0.6 are measured in the same run on the same
+tensors. Timing: CUDA events around each call, each call starting on an idle GPU (so host work counts), warm-up
+calls first, the median of `reps` calls (long shapes take 0.05–0.5 s a call, so a few calls suffice).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.dispatch import SETTINGS, attention_spec, variant_of
-from .common import GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms
+from .common import GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms, shape_name
 from .draft import bench_draft_point, structured_qkv
 
 
@@ -24,7 +25,7 @@ def _reps_for(flop: float) -> tuple[int, int]:
     return (1, 7) if est > 0.1 else (2, 7) if est > 0.02 else (3, 10)
 
 
-def bench_kernels(shapes=("small", "wan-480p"), recipes=None, *, reps: int | None = None,
+def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int | None = None,
                   seed: int = 0, variants: dict | None = None, log=print) -> dict:
     """Run the benchmark; returns {"gpu", "torch", "triton", "driver", "rows": [...], "baselines": [...]}.
 
@@ -34,7 +35,8 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=None, *, reps: int | Non
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..kernels.launch import attention, split_call
+    from ..attention import attend
+    from ..kernels.launch import attention, finalize_stats, split_call
 
     recipes = default_recipes() if recipes is None else tuple(recipes)
 
@@ -49,7 +51,7 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=None, *, reps: int | Non
         sageattn = None
     info["sageattention"] = getattr(__import__("sageattention"), "__version__", "1.0.6") if sageattn else None
 
-    for name in shapes:
+    for name in map(shape_name, shapes):
         sh = SHAPES[name]
         B, H, N, D = sh.batch, sh.heads, sh.tokens, sh.head_dim
         flop = 4.0 * B * H * N * N * D
@@ -90,13 +92,16 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=None, *, reps: int | Non
                 continue
             kw = {k2: opts[k2] for k2 in ("promote", "exact_p", "config") if k2 in opts}
             try:
-                # the recipe is read once, as the model's attention processors do: parsing its TOML on every
-                # call would put ~0.3-0.5 ms of host work (GPU idle) into each timed call
                 spec = attention_spec(recipe)
                 pre, kern, st = split_call(q, k, v, spec, **kw)
                 prepass_ms = median_ms(pre, warmup=1, reps=n) if st.variant != "dense" else 0.0
                 kernel_ms = median_ms(kern, warmup=warm, reps=n)
-                total_ms = median_ms(lambda: attention(q, k, v, spec, **kw), warmup=1, reps=n)
+                if kw:  # a kernel setting: attend takes none
+                    call = lambda: attention(q, k, v, spec, **kw)
+                else:
+                    call = lambda: attend(q, k, v, recipe)
+                total_ms = median_ms(call, warmup=1, reps=n)
+                finalize_stats(st)  # (the split calls' stats: which kernel ran, whether a fallback did)
             except Exception as exc:
                 log(f"{name} {label}: failed ({type(exc).__name__}: {exc})")
                 continue
@@ -106,8 +111,10 @@ def bench_kernels(shapes=("small", "wan-480p"), recipes=None, *, reps: int | Non
                    "ratio_cudnn": base["sdpa-cudnn"] / total_ms if "sdpa-cudnn" in base else None,
                    "ratio_flash": base["sdpa-flash"] / total_ms if "sdpa-flash" in base else None,
                    "ratio_sageattention": base["sageattention"] / total_ms if "sageattention" in base else None,
-                   "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback, "kernel": st.kernel,
-                   "B": B, "H": H, "N": N, "D": D}
+                   "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback,
+                   # attend runs unquantized recipes on torch SDPA; the kernel columns time the dense Triton kernel
+                   "kernel": "sdpa" if st.variant == "dense" and not kw else st.kernel,
+                   "call": "kernels.attention" if kw else "attend", "B": B, "H": H, "N": N, "D": D}
             info["rows"].append(row)
             rc = row["ratio_cudnn"]
             log(f"{name:13s} {label:24s} {total_ms:9.2f} ms {row['tflops']:7.1f} TFLOP/s "

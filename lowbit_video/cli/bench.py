@@ -19,6 +19,19 @@ def _check_known(asked: list[str], known, what: str) -> None:
         raise UserError(f"unknown {what}(s) {bad}; known: {', '.join(known)}")
 
 
+def _shape_names(known) -> list[str]:
+    """The shape names a --shapes option takes: `known` and the aliases of those (bench/common.py)."""
+    from ..bench.common import ALIASES
+
+    return list(known) + [a for a, name in ALIASES.items() if name in known]
+
+
+def _shape_help() -> str:
+    from ..bench.common import SHAPES
+
+    return ", ".join(f"{n} (H={s.heads} N={s.tokens})" for n, s in SHAPES.items())
+
+
 def register(app: typer.Typer) -> None:
     bench_app = typer.Typer(help="Benchmarks on a CUDA GPU: attention kernels, DraftAttention2's error–latency trade-off and one end-to-end DiT forward.",
                             no_args_is_help=True)
@@ -27,7 +40,7 @@ def register(app: typer.Typer) -> None:
     @bench_app.command("kernels")
     @user_errors
     def bench_kernels_cmd(
-        shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p, hunyuan-720p (repeat; default small + wan-480p)."),
+        shapes: Optional[list[str]] = typer.Option(None, "--shapes", help=f"{_shape_help()} (repeat; default short + wan1.3b-480p)."),
         recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Recipes to time (repeat; default: every recipe a kernel runs)."),
         reps: Optional[int] = typer.Option(None, "--reps", min=1, help="Timed calls per measurement (median); default by shape size."),
         config: Optional[list[str]] = typer.Option(
@@ -38,7 +51,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
     ) -> None:
-        """TFLOP/s of the attention kernels (pre-pass included) vs torch SDPA cuDNN/flash and sageattention 1.0.6."""
+        """Time of the public call attend(q, k, v, recipe) (pre-pass and kernel also on their own) at the model zoo's
+        shapes vs torch SDPA cuDNN/flash and sageattention 1.0.6, same tensors, same process."""
         import sys
 
         import torch
@@ -54,8 +68,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
             raise UserError("bench kernels needs a CUDA GPU (none is visible)")
-        shapes = shapes or ["small", "wan-480p"]
-        _check_known(shapes, SHAPES, "shape")
+        shapes = shapes or ["short", "wan1.3b-480p"]
+        _check_known(shapes, _shape_names(SHAPES), "shape")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
         info = bench_kernels(shapes, recipes, reps=reps, variants=variants, log=log)
         if as_json:
@@ -66,7 +80,7 @@ def register(app: typer.Typer) -> None:
     @bench_app.command("draft")
     @user_errors
     def bench_draft_cmd(
-        shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="small, wan-480p, wan-720p (repeat; default wan-720p)."),
+        shapes: Optional[list[str]] = typer.Option(None, "--shapes", help="short, wan1.3b-480p, wan2.2-5b-720p, wan14b-480p, wan14b-720p (repeat; default wan14b-720p)."),
         recipes: Optional[list[str]] = typer.Option(None, "--recipes", help="Draft recipes to time (repeat; default every draft recipe a kernel runs)."),
         sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also run the error–latency sweep (sparse-16, INT8/FP8 and mixed at several sparsities)."),
         plot: Optional[str] = typer.Option(None, "--plot", help="Write the error-vs-time plot of the first shape to this PNG."),
@@ -94,8 +108,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
             raise UserError("bench draft needs a CUDA GPU (none is visible)")
-        shapes = shapes or ["wan-720p"]
-        _check_known(shapes, GEOMETRIES, "shape")
+        shapes = shapes or ["wan14b-720p"]
+        _check_known(shapes, _shape_names(GEOMETRIES), "shape")
         recipes = recipes or draft_recipes()
         not_draft = [r for r in recipes if not _is_draft(r)]
         if not_draft:
@@ -113,29 +127,32 @@ def register(app: typer.Typer) -> None:
     @bench_app.command("e2e")
     @user_errors
     def bench_e2e_cmd(
-        model: str = typer.Option("wan2.1-t2v-14b", "--model", help="Only wan2.1-t2v-14b (its transformer shape)."),
+        model: str = typer.Option("wan2.1-t2v-14b", "--model", help="wan2.1-t2v-14b or wan2.1-t2v-1.3b (the transformer's shape)."),
         random_weights: bool = typer.Option(False, "--random-weights", help="Random initialization (required: no checkpoint is read)."),
         resolution: Optional[list[str]] = typer.Option(None, "--resolution", help="480p, 720p (repeat; default 480p)."),
         recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipes (repeat; default sage2-int8, mxattention)."),
-        blocks: int = typer.Option(40, "--blocks", min=1, max=40, help="Transformer blocks to build and time (of 40)."),
+        blocks: Optional[int] = typer.Option(None, "--blocks", min=1, max=40, help="Transformer blocks to build and time (default all: 40 for 14B, 30 for 1.3B)."),
         reps: int = typer.Option(3, "--reps", min=1, help="Timed forwards per recipe (median)."),
         as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
     ) -> None:
-        """One Wan2.1-14B-shaped DiT forward per recipe vs the same forward on SDPA cuDNN (bf16)."""
+        """One Wan2.1-14B- or 1.3B-shaped DiT forward per recipe vs the same forward on SDPA cuDNN (bf16)."""
         import sys
 
         import torch
 
-        from ..bench.e2e import RESOLUTIONS, bench_e2e
+        from ..bench.e2e import MODELS, RESOLUTIONS, bench_e2e
         from ..errors import UserError
 
-        if model != "wan2.1-t2v-14b" or not random_weights:
-            raise UserError("bench e2e supports --model wan2.1-t2v-14b --random-weights only")
+        _check_known([model], MODELS, "model")
+        if not random_weights:
+            raise UserError("bench e2e needs --random-weights (it reads no checkpoint)")
+        if blocks is not None and blocks > MODELS[model]["num_layers"]:
+            raise UserError(f"--blocks {blocks}: {model} has {MODELS[model]['num_layers']} blocks")
         if not torch.cuda.is_available():
             raise UserError("bench e2e needs a CUDA GPU (none is visible)")
         res = resolution or ["480p"]
         _check_known(res, RESOLUTIONS, "resolution")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
-        rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], blocks=blocks, reps=reps, log=log)
+        rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], model=model, blocks=blocks, reps=reps, log=log)
         if as_json:
             print(json.dumps(rows))
