@@ -247,9 +247,17 @@ VARIANTS = (
 BY_NAME = {v.name: v for v in VARIANTS}
 
 
+@functools.lru_cache(maxsize=256)
 def variant_of(spec: AttentionSpec) -> Variant:
-    """The row that serves `spec` (the catch-all `reference` row when no kernel does)."""
+    """The row that serves `spec` (the catch-all `reference` row when no kernel does). Cached by spec (a frozen
+    dataclass): `attend` asks several times per call, and matching the formats costs ~10 µs of host time."""
     return next(v for v in VARIANTS if v.serves(spec))
+
+
+@functools.lru_cache(maxsize=256)
+def refusal(spec: AttentionSpec) -> str:
+    """Why the kernel of `spec`'s row cannot run it ("" when it can), cached as `variant_of`."""
+    return variant_of(spec).refuse(spec)
 
 
 # ------------------------------------------------------------------------------------------ recipes
@@ -313,7 +321,7 @@ def capability(device) -> tuple[int, int]:
 def supports(spec: AttentionSpec, device=None, head_dim: int | None = None) -> tuple[bool, str]:
     """(ok, reason): whether a kernel runs `spec` on `device` (None: any CUDA GPU) with `head_dim` (None: any)."""
     row = variant_of(spec)
-    why = row.refuse(spec)
+    why = refusal(spec)
     if why:
         return False, why
     if importlib.util.find_spec("triton") is None:
@@ -387,7 +395,19 @@ def _knob_needs(cfg: dict, asked: dict, key: str, possible, message: str) -> Non
 def merged_config(variant: str, head_dim: int, config: dict | None, placement: str = "pnq") -> dict:
     """The variant's measured defaults with the caller's overrides, checked (unknown keys, wrong types, values out
     of range, settings that cannot act together), so a misspelt setting cannot be silently ignored.
-    placement: the recipe's P̃ placement, which the MXFP4 defaults depend on."""
+    placement: the recipe's P̃ placement, which the MXFP4 defaults depend on. Without overrides (every call
+    `attend` makes) the checked defaults are made once (a copy is returned)."""
+    if not config:
+        return dict(_checked_defaults(variant, head_dim, placement))
+    return _merged(variant, head_dim, config, placement)
+
+
+@functools.lru_cache(maxsize=None)
+def _checked_defaults(variant: str, head_dim: int, placement: str) -> dict:
+    return _merged(variant, head_dim, None, placement)
+
+
+def _merged(variant: str, head_dim: int, config: dict | None, placement: str) -> dict:
     row = BY_NAME[variant]
     if row.entry != "launch:attention":
         raise ValueError(f"no attention-kernel configuration for variant {variant!r}")
@@ -446,4 +466,4 @@ def draft_config(config: dict | None, head_dim: int) -> dict:
 
 __all__ = ["ATTENTION_SETTINGS", "DRAFT_SETTINGS", "KEY_TILE", "QUERY_GROUP", "SETTINGS", "VARIANTS", "Variant",
            "attention_spec", "draft_config", "gluon_runs", "kernel_recipes", "kernel_runs", "load_cached",
-           "merged_config", "refuse_call", "run_kernel", "settings_help", "supports", "variant_of"]
+           "merged_config", "refusal", "refuse_call", "run_kernel", "settings_help", "supports", "variant_of"]

@@ -66,7 +66,7 @@ def _spec_and_variant(recipe):
     is another entry point's (draft recipes need the video geometry)."""
     spec = dispatch.attention_spec(recipe)
     row = dispatch.variant_of(spec)
-    why = row.refuse(spec)
+    why = dispatch.refusal(spec)
     if why:
         raise NotImplementedError(why)
     if row.entry != ENTRY:

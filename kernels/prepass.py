@@ -763,8 +763,9 @@ _ROT = {}
 
 
 def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
-    """(±1/0 fp32 matrix M, constant c) with M·c == transforms.qk_rotation(kind, ...).matrix() (checked),
-    or None for the identity. The pair rotations have entries ±1/√2, the full Hadamard ±1/√D."""
+    """(±1/0 fp32 matrix M, constant c, the float64 matrix) on `device`, with M·c == transforms.qk_rotation(kind,
+    ...).matrix() (checked), or None for the identity. The pair rotations have entries ±1/√2, the full Hadamard ±1/√D.
+    Made once per kind, head_dim, segments and device: a call copies nothing from the host (a pageable copy waits)."""
     from lowbit_video.transforms import qk_rotation
 
     if kind == "none":
@@ -776,7 +777,7 @@ def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
         m = torch.round(r / c)
         if not torch.allclose(m * c, r, rtol=0, atol=1e-15):
             raise ValueError(f"rotation {kind!r} is not a multiple of a ±1/0 matrix")
-        _ROT[key] = (m.to(torch.float32).to(device).contiguous(), c, r)
+        _ROT[key] = (m.to(torch.float32).to(device).contiguous(), c, r.to(device) if device is not None else r)
     return _ROT[key]
 
 
@@ -810,7 +811,7 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     if spec.smooth_k:
         kmean = token_mean64(k, layout).reshape(B, H, D)  # mean(k R) = mean(k) R
         if rot is not None:
-            kmean = kmean @ rot[2].to(device=dev)
+            kmean = kmean @ rot[2]
         kmean = kmean.to(torch.float32).reshape(B * H, D).contiguous()
     else:
         kmean = torch.zeros((1,), device=dev)
