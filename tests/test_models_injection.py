@@ -199,7 +199,7 @@ def test_sage2_int8_on_a_wan21_1_3b_sized_transformer_runs_the_kernels(monkeypat
     """Wan2.1-1.3B's transformer config (two of its 30 blocks, random init, bf16) at a 480p latent
     (81 frames of 832x480: 21x60x104, 32760 video tokens): the recipe forward against the dense one,
     the reference engine forbidden (it would mean a float64 fallback), processors restored."""
-    from lowbit_video.attention import api
+    from lowbit_video.attention import engines
     from lowbit_video.bench.e2e import WAN_1_3B, build_wan
 
     def no_reference(*args, **kwargs):
@@ -213,8 +213,8 @@ def test_sage2_int8_on_a_wan21_1_3b_sized_transformer_runs_the_kernels(monkeypat
     before = _processors(model)
     with torch.inference_mode():
         dense = model(**inputs)[0].float()
-        for engine in list(api._ENGINES):  # the float64 engines: a call reaching one is a fallback
-            monkeypatch.setitem(api._ENGINES, engine, no_reference)
+        for engine in list(engines.ENGINES):  # the float64 engines: a call reaching one is a fallback
+            monkeypatch.setitem(engines.ENGINES, engine, no_reference)
         with use_recipe(model, "sage2-int8") as handle:
             out = model(**inputs)[0].float()
     assert _same_objects(before, _processors(model))

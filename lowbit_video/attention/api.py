@@ -18,11 +18,13 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from ..errors import NonFiniteInputError, ShapeError
+from ..errors import ShapeError
 from ..kernels import dispatch
 from ..recipes import Recipe
 from ..draft.layout import VideoGeometry
-from .reference import AttentionDiagnostics, reference_attention
+from .custom_op import recipe_attention
+from .engines import CPU_PATHS, ENGINES, check_finite
+from .reference import AttentionDiagnostics
 
 Layout = Literal["BHND", "BNHD"]
 Backend = Literal["auto", "cpu", "reference"]
@@ -88,22 +90,23 @@ def attend(
     lse = None
     fast = backend == "auto" and not return_diagnostics
 
-    if fast and not return_lse and dispatch.kernel_runs(spec, q, k, geometry):
-        out, diag = dispatch.run_kernel(spec, q, k, v, scale=scale, rope_segments=rope_segments, geometry=geometry), None
-    elif fast and row.exact:
+    if fast and row.exact:
         if not q.is_cuda:
             check_finite(q, k, v)
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None
         if return_lse:
             lse = dense_lse(q, k, scale=scale)
+    elif fast and not return_lse:
+        # one custom op (custom_op.py): the kernel where one takes the call, else the CPU path or the engine
+        out, diag = recipe_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry), None
     elif (backend == "cpu" or (fast and not q.is_cuda)) and not return_diagnostics:
         check_finite(q, k, v)
-        out, lse = _CPU_PATHS[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry)
+        out, lse = CPU_PATHS[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry)
         out, diag = out.to(q.dtype), None
     else:
         check_finite(q, k, v)
-        out, diag = _ENGINES[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
-                                         measure_errors=return_diagnostics)
+        out, diag = ENGINES[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
+                                        measure_errors=return_diagnostics)
         out = out.to(q.dtype)
         if return_lse:
             lse = diag.lse.to(torch.float32)
@@ -150,44 +153,6 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
         raise ShapeError(f"k and v token counts differ: {k.shape[tok]} vs {v.shape[tok]}")
     if k.shape[tok] == 0:
         raise ShapeError("k and v have no tokens")
-
-
-def check_finite(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """NonFiniteInputError (one line) when q, k or v holds a NaN or Inf. One pass over each tensor and, on CUDA, one
-    host synchronisation: `attend` runs it only where it costs no sync of its own (module docstring)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not bool(torch.isfinite(t).all()):
-            raise NonFiniteInputError(f"attention input {name} contains NaN or Inf")
-
-
-def _reference_engine(q, k, v, spec, *, scale, rope_segments, geometry, measure_errors):
-    return reference_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments, measure_errors=measure_errors)
-
-
-def _draft_engine(q, k, v, spec, *, scale, rope_segments, geometry, measure_errors):
-    from .draft import draft_attention
-
-    return draft_attention(q, k, v, spec.draft, geometry, scale=scale)
-
-
-# the exact engines, by the dispatch table's `engine` field
-_ENGINES = {"reference": _reference_engine, "draft": _draft_engine}
-
-
-def _cpu_path(q, k, v, spec, *, scale, rope_segments, geometry):
-    from .cpu_path import cpu_attention
-
-    return cpu_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments)
-
-
-def _cpu_draft(q, k, v, spec, *, scale, rope_segments, geometry):
-    from .draft_cpu import cpu_draft_attention
-
-    return cpu_draft_attention(q, k, v, spec.draft, geometry, scale=scale), None
-
-
-# the CPU paths of the same engines: (output, LSE or None)
-_CPU_PATHS = {"reference": _cpu_path, "draft": _cpu_draft}
 
 
 def _check_recipe_fits(spec, head_dim: int) -> None:

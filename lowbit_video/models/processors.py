@@ -314,8 +314,10 @@ class _RecipeProcessorMixin:
         return torch.cat([out[:, text_tokens:], out[:, :text_tokens]], dim=1)
 
     def _count_engine(self, q, k, geometry, attention_type: str) -> None:
-        """Count (and say once) a quantized call on CUDA that `attend` will give the float64 engine."""
-        if not q.is_cuda:
+        """Count (and say once) a quantized call on CUDA that `attend` will give the float64 engine. Not under
+        torch.compile: the dispatch table's device checks are host work dynamo does not trace (the recipe's custom op
+        still runs the engine where no kernel takes a call)."""
+        if not q.is_cuda or torch.compiler.is_compiling():
             return
         spec = self.ctx.recipe.attention
         qb, kb = q.transpose(1, 2), k.transpose(1, 2)  # BHND views, as attend passes them on

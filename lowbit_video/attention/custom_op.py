@@ -1,0 +1,122 @@
+"""A recipe's attention as one torch custom op, `torch.ops.lowbit_video.recipe_attention`, so that torch.compile
+(`fullgraph=True`, diffusers' `compile_repeated_blocks`) and CUDA graphs see one opaque node per attention call
+instead of tracing the pre-pass's Python and the Triton launches (which dynamo cannot: data-dependent branches, host
+reads, device events).
+
+The op takes BHND q, k, v, the recipe's AttentionSpec as a JSON string (`spec_key`: custom ops take only tensors,
+numbers, strings and lists), the softmax scale, the model's RoPE split and the video geometry (frames, height,
+width, prefix) of draft recipes. Inside it the dispatch table decides per call, as `attend` always has: the
+recipe's kernel where one takes the call (`dispatch.kernel_runs`), else the CPU path for CPU tensors or the exact
+engine on a GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged).
+
+Its fake implementation, which compilers trace instead of the kernels, is `torch.empty_like(q)`: the output has q's
+shape, dtype and strides. The real implementation keeps that promise: a kernel writes into `empty_like(q)`, any other
+result is copied into one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import torch
+
+from ..draft.layout import VideoGeometry
+from ..kernels import dispatch
+from ..recipes import OPERANDS, AttentionSpec, DraftSpec, OperandQuant
+from .engines import CPU_PATHS, ENGINES, check_finite
+
+OP_NAME = "lowbit_video::recipe_attention"
+
+
+# ------------------------------------------------------------------------------------------ the recipe as a string
+
+
+def spec_key(spec: AttentionSpec) -> str:
+    """`spec` as the op's string argument: JSON of every field in declaration order (equal specs give equal strings,
+    so one compiled graph). Cached per spec in eager calls; under torch.compile the encoding is traced once per
+    compilation into a constant (dynamo does not honour lru caches, and warns about them)."""
+    if torch.compiler.is_compiling():
+        return _json(spec)
+    return _cached_key(spec)
+
+
+def _json(value) -> str:
+    """JSON of a recipe dataclass, written out by hand because dynamo cannot trace `json.dumps` (its C encoder).
+    Recipe values are strings the loader checked against fixed choices, finite numbers, booleans, None and
+    tuples of integers."""
+    if dataclasses.is_dataclass(value):
+        return "{" + ",".join(f'"{f.name}":{_json(getattr(value, f.name))}' for f in dataclasses.fields(value)) + "}"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # the shortest string that reads back as the same float
+    if isinstance(value, str):
+        if '"' in value or "\\" in value:
+            raise ValueError(f"recipe value {value!r} cannot be passed to the attention op")
+        return f'"{value}"'
+    return "[" + ",".join(_json(item) for item in value) + "]"
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_key(spec: AttentionSpec) -> str:
+    return _json(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def spec_from_key(key: str) -> AttentionSpec:
+    """The AttentionSpec `spec_key` wrote (floats round-trip exactly through JSON's repr)."""
+    fields = json.loads(key)
+    operands = {name: OperandQuant(**fields.pop(name)) for name in OPERANDS}
+    draft = fields.pop("draft")
+    return AttentionSpec(**dict(fields, rope_segments=tuple(fields["rope_segments"])), **operands,
+                         draft=DraftSpec(**draft) if draft is not None else None)
+
+
+# --------------------------------------------------------------------------------------------------------- the op
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def _recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: str, scale: float | None,
+                      rope_segments: list[int] | None, geometry: list[int] | None) -> torch.Tensor:
+    recipe = spec_from_key(spec)
+    rope = tuple(rope_segments) if rope_segments else None
+    grid = VideoGeometry(*geometry) if geometry else None
+    if dispatch.kernel_runs(recipe, q, k, grid):
+        out = dispatch.run_kernel(recipe, q, k, v, scale=scale, rope_segments=rope, geometry=grid)
+    else:
+        check_finite(q, k, v)
+        engine = dispatch.variant_of(recipe).engine
+        if q.is_cuda:
+            out = ENGINES[engine](q, k, v, recipe, scale=scale, rope_segments=rope, geometry=grid,
+                                  measure_errors=False)[0]
+        else:
+            out = CPU_PATHS[engine](q, k, v, recipe, scale=scale, rope_segments=rope, geometry=grid)[0]
+    return _like(q, out.to(q.dtype))
+
+
+@_recipe_attention.register_fake
+def _recipe_attention_fake(q, k, v, spec, scale, rope_segments, geometry):
+    return torch.empty_like(q)
+
+
+def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`out` in the layout of `torch.empty_like(q)` (the fake's), copied only where it is not already."""
+    if out.stride() == torch.empty_like(q, device="meta").stride():
+        return out
+    return torch.empty_like(q).copy_(out)
+
+
+def recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec, *,
+                     scale: float | None = None, rope_segments=None,
+                     geometry: VideoGeometry | None = None) -> torch.Tensor:
+    """Attention of BHND q, k, v under `spec` through the custom op (the caller checked shapes and recipe)."""
+    grid = [geometry.frames, geometry.height, geometry.width, geometry.prefix] if geometry is not None else None
+    return torch.ops.lowbit_video.recipe_attention(q, k, v, spec_key(spec), None if scale is None else float(scale),
+                                                   list(rope_segments) if rope_segments else None, grid)
+
+
+__all__ = ["OP_NAME", "recipe_attention", "spec_from_key", "spec_key"]
