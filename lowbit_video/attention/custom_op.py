@@ -79,7 +79,9 @@ def spec_from_key(key: str) -> AttentionSpec:
 # --------------------------------------------------------------------------------------------------------- the op
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=())
+# the schema written out (not inferred from the annotations, whose inference differs across torch releases)
+@torch.library.custom_op(OP_NAME, mutates_args=(), schema="(Tensor q, Tensor k, Tensor v, str spec, float? scale, "
+                         "SymInt[]? rope_segments, SymInt[]? geometry) -> Tensor")
 def _recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: str, scale: float | None,
                       rope_segments: list[int] | None, geometry: list[int] | None) -> torch.Tensor:
     recipe = spec_from_key(spec)
