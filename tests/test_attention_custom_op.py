@@ -228,10 +228,11 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention"])
 def test_gpu_wan_block_compiles_fullgraph_with_the_kernels_and_equals_eager(wan_gpu, recipe):
     """The kernels behind the op: no graph break, one op call, the AOTAutograd-compiled block bit-equal to eager
-    (the same kernels on the same inputs), and the Inductor-compiled block within 2e-2 relative L2 of eager.
-    Inductor fuses the norms, RoPE and projections around attention in another bf16 rounding order (the dense
-    block moves too; its figure is asserted beside), and a quantized operand amplifies such a change where it moves
-    a value across a rounding boundary."""
+    (the same kernels on the same inputs), and the Inductor-compiled block as close to eager as the dense block's
+    Inductor compilation is to its eager forward (within 1.5x; measured on an H200: 2.54e-3 relative L2 for both
+    recipes and for the dense block). Inductor fuses the norms, RoPE and projections around attention in another
+    bf16 rounding order; the factor leaves room for a quantized operand amplifying such a change where it moves a
+    value across a rounding boundary."""
     from lowbit_video.models.injection import use_recipe
 
     model, _, args, kwargs = wan_gpu
@@ -253,13 +254,14 @@ def test_gpu_wan_block_compiles_fullgraph_with_the_kernels_and_equals_eager(wan_
     assert torch.equal(aot, eager)
     dense_err, err = _rel(dense_inductor, dense_eager), _rel(inductor, eager)
     print(f"{recipe}: Inductor vs eager relative L2 {err:.3e} (dense block {dense_err:.3e})")
-    assert err < 2e-2 and dense_err < 1e-2
+    assert err <= 1.5 * dense_err and dense_err < 1e-2
 
 
 @pytest.mark.gpu
 def test_gpu_regional_compilation_with_the_processors(wan_gpu):
     """diffusers' `compile_repeated_blocks(fullgraph=True)` on the two-block model with mxattention installed
-    (Inductor): the forward equals eager within the Inductor tolerance above."""
+    (Inductor): the forward within 1e-2 relative L2 of eager (measured on an H200: 4.5e-3; two blocks and the
+    output head each add Inductor's bf16 rounding, as in the block test above)."""
     from lowbit_video.models.injection import use_recipe
 
     model, inputs, _, _ = wan_gpu
@@ -274,7 +276,7 @@ def test_gpu_regional_compilation_with_the_processors(wan_gpu):
             block._compiled_call_impl = None
     err = _rel(compiled, eager)
     print(f"regional compilation, mxattention: relative L2 {err:.3e}")
-    assert err < 2e-2 and handle.calls["engine"] == 0 and handle.calls["quantized"] == 4
+    assert err < 1e-2 and handle.calls["engine"] == 0 and handle.calls["quantized"] == 4
 
 
 @pytest.mark.gpu
