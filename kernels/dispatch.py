@@ -67,8 +67,11 @@ ATTENTION_SETTINGS = (
             "costs: the output is then not the recipe's)"),
 )
 DRAFT_SETTINGS = (
-    Setting("num_warps", int, "warps per program of the draft kernel"),
-    Setting("NUM_STAGES", int, "K/V tiles in flight per phase"),
+    Setting("GLUON", bool, "run the warp-specialized block-sparse Gluon kernel (kernels/draft_ws.py; sm_90, "
+            "PROMOTE; default on); off or elsewhere the Triton kernel with the same numerics"),
+    Setting("num_warps", int, "Triton: warps per program of the draft kernel (setting it selects the Triton "
+            "kernel)"),
+    Setting("NUM_STAGES", int, "K/V tiles in flight (Gluon: per consumer warpgroup, 2 fit at head_dim 128)"),
     Setting("PROMOTE", bool, "add each key tile's FP8 P̂·V̂ to the fp32 accumulator (Hopper's FP8 MMA accumulates "
             "with fewer bits)"),
     Setting("prepass_warps", int, "warps per program of the fused draft pre-pass"),
@@ -78,7 +81,8 @@ DRAFT_KEYS = {s.name: s.type for s in DRAFT_SETTINGS}
 # settings only the Triton kernel has: one of them selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY = ("BLOCK_M", "num_warps", "PIPE", "PQ")
 # the draft kernel's measured defaults (H200, wan-720p; results/kernels-h200.md, draft section)
-DRAFT_DEFAULTS = {"num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
+DRAFT_DEFAULTS = {"GLUON": True, "num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
+GLUON_DRAFT_STAGES = {64: 4, 128: 2}  # what fits the Gluon kernel's shared memory (two rings, three Q tiles each)
 
 
 def settings_help(draft: bool = False) -> str:
@@ -460,8 +464,24 @@ def gluon_runs(cfg: dict, has_kpm: bool, promote: bool, device) -> bool:
 
 
 def draft_config(config: dict | None, head_dim: int) -> dict:
-    """The draft kernel's defaults with the caller's overrides, checked."""
-    return with_overrides(_defaults_draft(head_dim, ""), config, DRAFT_KEYS, "draft kernel config")
+    """The draft kernel's defaults with the caller's overrides, checked. A Triton-only setting (num_warps) or
+    PROMOTE off selects the Triton kernel unless GLUON=true is also given (refused); the Gluon kernel's stage
+    count defaults to what fits its shared memory."""
+    cfg = with_overrides(_defaults_draft(head_dim, ""), config, DRAFT_KEYS, "draft kernel config")
+    asked = config or {}
+    triton_only = [key for key in ("num_warps",) if key in asked] + (["PROMOTE=false"] if not cfg["PROMOTE"] else [])
+    if triton_only and cfg["GLUON"]:
+        if asked.get("GLUON"):
+            raise ValueError(f"draft kernel config {', '.join(triton_only)} is the Triton kernel's; drop GLUON=true")
+        cfg["GLUON"] = False
+    if cfg["GLUON"]:
+        limit = GLUON_DRAFT_STAGES.get(head_dim, 2)
+        if "NUM_STAGES" not in asked:
+            cfg["NUM_STAGES"] = limit
+        elif not 2 <= cfg["NUM_STAGES"] <= limit:
+            raise ValueError(f"draft kernel config NUM_STAGES: the Gluon kernel takes 2..{limit} at head_dim "
+                             f"{head_dim}, got {cfg['NUM_STAGES']}")
+    return cfg
 
 
 __all__ = ["ATTENTION_SETTINGS", "DRAFT_SETTINGS", "KEY_TILE", "QUERY_GROUP", "SETTINGS", "VARIANTS", "Variant",

@@ -24,7 +24,8 @@ from lowbit_video.draft.alloc import head_quotas
 from lowbit_video.draft.layout import pack_layout
 from lowbit_video.draft.scores import draft_scores
 
-from ._core import draft_fwd
+from . import draft_ws
+from ._core import LOG2E, draft_fwd
 from .draft_prepass import draft_prepass
 from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
 from .dispatch import attention_spec, draft_config
@@ -71,10 +72,18 @@ def _check(q, k, v, layout, geometry, spec):
 @functools.lru_cache(maxsize=16)
 def _layout_on(geometry, block: int, device: torch.device):
     """The packed layout and its index tensors on `device`, built once per (geometry, block, device): a DiT
-    calls attention with one geometry in every block and step."""
+    calls attention with one geometry in every block and step. (layout, gather int64, valid int8, inverse,
+    gather int32, real tokens per block int32)"""
     lay = pack_layout(geometry, block)
     valid = (lay.gather >= 0).to(device=device, dtype=torch.int8)
-    return lay, lay.gather.to(device), valid, lay.inverse.to(device)
+    return (lay, lay.gather.to(device), valid, lay.inverse.to(device), lay.gather.to(device, torch.int32),
+            lay.counts.to(device, torch.int32))
+
+
+def _gluon_runs(cfg: dict, device: torch.device) -> bool:
+    """The warp-specialized kernel (kernels/draft_ws.py) runs: config GLUON on a Hopper GPU (sm_90 code; the CPU
+    interpreter runs no Gluon)."""
+    return bool(cfg["GLUON"]) and device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float | None = None,
@@ -83,7 +92,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     (each reuses the previous one's results), and the box they fill: "pre", "plan", "out"."""
     spec = _draft_spec(recipe)
     _check(q, k, v, layout, geometry, spec)
-    lay, gather, valid, inverse = _layout_on(geometry, spec.block, q.device)
+    lay, gather, valid, inverse, gather32, counts = _layout_on(geometry, spec.block, q.device)
     R, blk, P = lay.regions, lay.block, geometry.prefix
     D = q.shape[-1]
     B, H = (q.shape[0], q.shape[2]) if layout == "BNHD" else q.shape[:2]
@@ -105,25 +114,35 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
     def run_kernel():
         pre, plan = box["pre"], box["plan"]
         S = R * blk
-        o = torch.empty((B * H, S, D), device=dev, dtype=torch.float32)
         if P:
             pk = bhnd(k)[:, :, :P, :].reshape(B * H, P, D).contiguous()
             pv = bhnd(v)[:, :, :P, :].reshape(B * H, P, D).contiguous()
         else:
-            pk = pv = pre["k16"]
-        draft_fwd[(R, B * H)](
-            pre["q16"], pre["k16"], pre["v16"], pre["q8"], pre["k8"], pre["v8t"], pre["qs8"], pre["ks8"],
-            pre["vs8"], pre["q4"], pre["k4"], pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pk, pv, o,
-            R, S, plan.idx.shape[-1], P, sm_scale * 1.4426950408889634, P_FP8_SCALE,
-            HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
-            NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED)
-        video = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
+            pk = pv = None
+        if _gluon_runs(cfg, dev):
+            # video rows written in token order and the input dtype by the kernel itself
+            out = torch.empty(q.shape, dtype=q.dtype, device=dev)
+            ob = bhnd(out)
+            draft_ws.launch(pre, plan, counts, gather32, pk, pv, ob, ob.stride(), H, P, sm_scale * LOG2E,
+                            -math.log2(P_FP8_SCALE), stages=cfg["NUM_STAGES"])
+        else:
+            o = torch.empty((B * H, S, D), device=dev, dtype=torch.float32)
+            draft_fwd[(R, B * H)](
+                pre["q16"], pre["k16"], pre["v16"], pre["q8"], pre["k8"], pre["v8t"], pre["qs8"],
+                pre["ks8"].repeat_interleave(blk, dim=1).contiguous(), pre["vs8"], pre["q4"], pre["k4"],
+                pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pre["k16"] if pk is None else pk,
+                pre["v16"] if pv is None else pv, o, R, S, plan.idx.shape[-1], P, sm_scale * LOG2E, P_FP8_SCALE,
+                HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
+                NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED)
+            out = torch.empty(q.shape, dtype=q.dtype, device=dev)
+            ob = bhnd(out)
+            ob[:, :, P:] = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
         if P:
             qb = bhnd(q)
-            pre_out = torch.nn.functional.scaled_dot_product_attention(qb[:, :, :P], bhnd(k), bhnd(v), scale=sm_scale)
-            video = torch.cat([pre_out, video], dim=2)
-        box["out"] = video.transpose(1, 2) if layout == "BNHD" else video
-        return box["out"]
+            ob[:, :, :P] = torch.nn.functional.scaled_dot_product_attention(qb[:, :, :P], bhnd(k), bhnd(v),
+                                                                             scale=sm_scale)
+        box["out"] = out
+        return out
 
     return run_prepass, run_route, run_kernel, box
 

@@ -74,6 +74,16 @@ def _loader(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vrea
 
 
 @gluon.jit
+def ring_acquire(empty, r, STAGES: gl.constexpr, base=0):
+    """The loader's wait for the ring's r-th tile: its stage base + r % STAGES once every consumer released the
+    stage's previous tile. The ring's first pass needs no release: waiting on the parity before phase 0 passes at
+    once. Returns the stage."""
+    s = base + r % STAGES
+    mbarrier.wait(empty.index(s), ((r // STAGES) & 1) ^ 1, pred=r >= STAGES)
+    return s
+
+
+@gluon.jit
 def _load_work_tile(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, w, i, n_m,
                     k_rows_bh, ds_rows_bh, n_tiles):
     """The loader's part of work tile w, the program's i-th: its K, Vᵀ (and scale / ΔS) tiles into the ring."""
@@ -88,10 +98,7 @@ def _load_work_tile(k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, krea
     ks_row = bh
     ds_row = bh * ds_rows_bh + w % n_m
     for t in range(n_tiles):
-        r = i * n_tiles + t
-        s = r % STAGES
-        # the ring's first pass needs no release: waiting on the parity before phase 0 passes at once
-        mbarrier.wait(empty.index(s), ((r // STAGES) & 1) ^ 1, pred=r >= STAGES)
+        s = ring_acquire(empty, i * n_tiles + t, STAGES)
         if DS_TILES:
             mbarrier.expect(kready.index(s), k_desc.block_type.nbytes + ks_desc.block_type.nbytes
                             + ds_desc.block_type.nbytes)
@@ -256,12 +263,13 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
 
 
 @gluon.jit
-def _row_sum_tree(x):
-    """Row sums of a 64×128 wgmma-layout tile as a short tree instead of one 31-deep chain of dependent adds per
-    row: a thread's 32 values of a row are columns 32b + 8j + 2q + e (q its lane in the quad), so the adds run
-    over e, then j, then b (in-thread), then the quad (shuffles). Same count, depth 1 + 3 + 3 + 2."""
+def row_sum_tree(x):
+    """Row sums of a 64×N wgmma-layout tile (N a multiple of 32) as a short tree instead of one (N/4 − 1)-deep
+    chain of dependent adds per row: a thread's N/4 values of a row are columns 32b + 8j + 2q + e (q its lane in
+    the quad), so the adds run over e, then j, then b (in-thread), then the quad (shuffles). Same count; depth
+    1 + 3 + 3 + 2 at N = 128."""
     M: gl.constexpr = x.shape[0]
-    t = gl.sum(gl.reshape(x, [M, 4, 4, 4, 2]), axis=4)  # (row, b, j, q)
+    t = gl.sum(gl.reshape(x, [M, x.shape[1] // 32, 4, 4, 2]), axis=4)  # (row, b, j, q)
     t = gl.sum(t, axis=2)  # (row, b, q)
     t = gl.sum(t, axis=1)  # (row, q)
     row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
@@ -359,9 +367,9 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         else:
             p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
         if PNQ:
-            l_i = l_i * alpha + _row_sum_tree(p)
+            l_i = l_i * alpha + row_sum_tree(p)
         elif MODE == 1:
-            l_i = l_i * alpha + _row_sum_tree(y)
+            l_i = l_i * alpha + row_sum_tree(y)
         else:
             l_i = l_i * alpha + gl.sum(y, axis=1)
         p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
@@ -403,9 +411,10 @@ def _load_q(q_desc, qbar, qw, w, n_m, q_rows_bh, NWG: gl.constexpr, WG: gl.const
 
 
 @gluon.constexpr_function
-def _acc_layout(N):
-    """A 64×N wgmma accumulator's register layout (one warpgroup: the logits for N = BLOCK_N, Õ for N = D)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32])
+def acc_layout(N, K=32):
+    """A 64×N wgmma accumulator's register layout (one warpgroup: the logits for N = BLOCK_N, Õ for N = D) for
+    MMAs with K-steps of K (32: 8-bit operands, 16: 16-bit; the register layout is the same)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, K])
 
 
 @gluon.jit
@@ -420,8 +429,8 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
     NWG: gl.constexpr = qbar.shape[0]
-    s_layout: gl.constexpr = _acc_layout(BN)
-    o_layout: gl.constexpr = _acc_layout(D)
+    s_layout: gl.constexpr = acc_layout(BN)
+    o_layout: gl.constexpr = acc_layout(D)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -499,8 +508,8 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
     warpgroup's next Q arrives while it writes the current tile's output."""
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
-    s_layout: gl.constexpr = _acc_layout(BN)
-    o_layout: gl.constexpr = _acc_layout(D)
+    s_layout: gl.constexpr = acc_layout(BN)
+    o_layout: gl.constexpr = acc_layout(D)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     NWG: gl.constexpr = q_s.shape[0]
     if q_s.dtype == gl.int8:
