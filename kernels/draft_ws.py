@@ -21,6 +21,11 @@ in the MMA):
   zeroed fp32 tile (the per-tile promotion) times V's channel scales / 448.
 - 16 bit: the input dtype's MMAs, P̃ rounded to it (the prefix keys likewise, the ragged last tile masked).
 Padding key slots (past a region block's real-token count, always a block's tail) are masked out.
+
+Cost per 64×64 key tile and warpgroup (offline SASS, Triton 3.6, head_dim 128): 16-bit 372 instructions,
+INT8/FP8 492 (the int → float conversion of the logits and the FP8 P̂'s move into the operand layout), NVFP4 878
+(the per-16-key quantization of P̃ on top of 16-bit MMAs). The consumers are issue-bound, so a 4-bit pair costs
+about twice a 16-bit one: Hopper's missing FP4 MMA is paid in ALU instructions, not saved in tensor time.
 """
 
 import triton
@@ -59,6 +64,13 @@ def _view(buf, s, desc):
 
 
 @gluon.jit
+def _block_list(IDX, CNT, R, W, a, bh):
+    """Query region a of b·h: its block counts per phase (NVFP4, INT8, 16-bit) and its block list."""
+    cnt = CNT + (bh * R + a) * 3
+    return gl.load(cnt), gl.load(cnt + 1), gl.load(cnt + 2), IDX + (bh.to(gl.int64) * R + a) * W
+
+
+@gluon.jit
 def _load_listed(k_desc, v_desc, k_s, v_s, kready, vready, empty, lst, n, r, k_row0, v_row, V_T: gl.constexpr,
                  base, STAGES: gl.constexpr):
     """The loader's part of one phase: the n key blocks listed at lst (block b: K rows k_row0 + 64·b; Vᵀ
@@ -88,11 +100,7 @@ def _loader(q4d, q8d, q16d, k4d, k8d, k16d, v4d, v8d, v16d, pkd, pvd, q4_s, q8_s
     a = gl.program_id(0) * 2 + WG
     bh = gl.program_id(1)
     if a < R:
-        cnt = CNT + (bh * R + a) * 3
-        n4 = gl.load(cnt)
-        n8 = gl.load(cnt + 1)
-        n16 = gl.load(cnt + 2)
-        lst = IDX + (bh.to(gl.int64) * R + a) * W
+        n4, n8, n16, lst = _block_list(IDX, CNT, R, W, a, bh)
         row0 = bh * S
         qrow = row0 + a * BLOCK
         mbarrier.expect(qbar.index(WG), q4d.block_type.nbytes + q8d.block_type.nbytes + q16d.block_type.nbytes)
@@ -266,11 +274,7 @@ def _consumer(q4d, q8d, q16d, k4d, k8d, k16d, v4d, v8d, v16d, pkd, pvd, q4_s, q8
     a = gl.program_id(0) * 2 + WG
     bh = gl.program_id(1)
     if a < R:
-        cnt = CNT + (bh * R + a) * 3
-        n4 = gl.load(cnt)
-        n8 = gl.load(cnt + 1)
-        n16 = gl.load(cnt + 2)
-        lst = IDX + (bh.to(gl.int64) * R + a) * W
+        n4, n8, n16, lst = _block_list(IDX, CNT, R, W, a, bh)
         offs_d = gl.arange(0, D, col_o)
         p8_inv = gl.exp2(-p8_shift)
         base = WG * STAGES
