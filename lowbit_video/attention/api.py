@@ -84,7 +84,8 @@ def attend(
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     _check_recipe_fits(spec, q.shape[-1])
-    row = dispatch.variant_of(spec)
+    # the row, cached per spec; traced afresh under torch.compile (dynamo does not honour lru caches, and warns)
+    row = (dispatch.variant_of.__wrapped__ if torch.compiler.is_compiling() else dispatch.variant_of)(spec)
     if return_lse and row.no_lse:
         raise ShapeError(f"return_lse is not available for {row.name} recipes ({row.no_lse})")
     lse = None

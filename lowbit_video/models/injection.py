@@ -25,8 +25,9 @@
   is applied per call; calls are counted as quantized / high (kept in 16 bit by the policy) /
   fallback (a mask the quantized path cannot express ran the original kernel).
 * A forward pre-hook on each transformer (public `register_forward_pre_hook`) records the latent
-  token grid (frames, height, width after patching) for draft recipes and captures, and counts the
-  forwards of a step (cond / uncond) for captures.
+  token grid (frames, height, width after patching) for draft recipes and captures, counts the
+  forwards of a step (cond / uncond) for captures, and has each processor decide for the step
+  which of its calls the policy quantizes (`make_plan`: what a compiled block depends on).
 
 Processors are not saved with a model: a freshly loaded model has diffusers' defaults.
 """
@@ -188,6 +189,7 @@ class RecipeHandle:
         if parallel is not None and getattr(parallel, "context_parallel_config", None) is None:
             parallel = None
         new = dict(saved)
+        mine = []  # this transformer's processors, in module order
         for name, _mod, block, kind in attention_modules(transformer):
             key = f"{name}.processor"
             proc = cls(self.context, block_index=block, attention_type=kind, num_blocks=nb, rope_segments=segs,
@@ -197,14 +199,15 @@ class RecipeHandle:
                 # recipe's attention must take part in it, or each rank would attend to its shard only
                 proc._parallel_config = parallel
             new[key] = proc
+            mine.append(proc)
             self.processors[f"{expert}/{name}"] = proc
         # the same processor objects go back (a copy: set_attn_processor consumes the dict it is given)
         undo.callback(lambda: transformer.set_attn_processor(dict(saved)))
         transformer.set_attn_processor(new)  # public API; one instance per module
-        undo.callback(transformer.register_forward_pre_hook(self._pre_hook(expert, transformer),
+        undo.callback(transformer.register_forward_pre_hook(self._pre_hook(expert, transformer, mine),
                                                             with_kwargs=True).remove)
 
-    def _pre_hook(self, expert: str, transformer: torch.nn.Module) -> Callable:
+    def _pre_hook(self, expert: str, transformer: torch.nn.Module, processors: list) -> Callable:
         ctx = self.context
 
         def hook(module, args, kwargs):
@@ -213,6 +216,8 @@ class RecipeHandle:
                 ctx.grid = token_grid(transformer, hs.shape)
             ctx.expert = expert
             ctx.forward_index = ctx.tracker.on_forward()
+            for proc in processors:  # the policy's decisions for this forward's step
+                proc.make_plan()
             return None
 
         return hook

@@ -4,8 +4,8 @@ One processor instance per attention module, installed through diffusers' public
 `set_attn_processor` (see injection.py). Each knows its block index, its attention type ("self",
 "cross", or "joint" = HunyuanVideo's video+text attention, which the precision policy treats as
 self-attention), the recipe and the shared `InjectionContext` (step tracker, token grid, capture
-writer). Per call it asks `recipe.policy.quantizes(block=, step=, num_steps=, num_blocks=,
-attention_type=)`:
+writer). Before each forward (the transformer's pre-hook) it asks `recipe.policy.quantizes(block=,
+step=, num_steps=, num_blocks=, attention_type=)` once per attention type (`make_plan`); per call:
 
 * no  -> the original kernel call, `dispatch_attention_fn(...)` with the replaced processor's
          backend and parallel config: bit-identical to the unmodified model;
@@ -195,6 +195,7 @@ class _RecipeProcessorMixin:
         self.rope_segments = tuple(rope_segments) if rope_segments else None
         self.expert = expert
         self.replaced = replaced
+        self.make_plan()
         # Keep what diffusers set on the processor we replace (attention backend, context parallel).
         for attr in ("_attention_backend", "_parallel_config"):
             if replaced is not None and attr in vars(replaced):
@@ -204,19 +205,36 @@ class _RecipeProcessorMixin:
         return (f"{type(self).__name__}(block={self.block_index}, type={self.attention_type}, "
                 f"recipe={self.ctx.recipe.name!r}, expert={self.expert!r})")
 
+    # -- the precision policy, per forward
+
+    def make_plan(self) -> None:
+        """Decide, for the step about to run, which of this module's calls the recipe quantizes (`plan`: attention
+        type -> bool). The transformer's forward pre-hook calls it before every forward (injection.py), so a call
+        reads one boolean: under torch.compile a compiled block then depends on that decision only, not on the block
+        index or the step, and one graph serves every block and step with the same decision."""
+        self.plan = {kind: self.ctx.quantizes(block=self.block_index, num_blocks=self.num_blocks, attention_type=kind)
+                     for kind in {self.attention_type, "cross"}}  # "cross": Wan I2V's image keys, in any module
+
+    def _count(self, attention_type: str, how: str) -> None:
+        """One call in the context's counts. Not under torch.compile: the counts, the block index and the step are
+        Python values dynamo would guard on, compiling the block again as each changes (past its recompile limit the
+        block runs eagerly), so compiled calls go uncounted."""
+        if torch.compiler.is_compiling():
+            return
+        self.ctx.stats[(self.expert, self.block_index, self.ctx.tracker.step, attention_type, how)] += 1
+
     # -- the one place where attention is computed
 
     def _attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
                    *, attention_type: str, parallel_config: Any, text_tokens: int = 0) -> torch.Tensor:
         """Attention of BNHD query/key/value; `text_tokens` trailing tokens are text (HunyuanVideo)."""
         ctx = self.ctx
-        step = ctx.tracker.step
-        quant = ctx.quantizes(block=self.block_index, num_blocks=self.num_blocks, attention_type=attention_type)
+        quant = self.plan[attention_type]
         if ctx.capture is not None and attention_type in ("self", "joint"):
             self._capture(query, key, value, attn_mask, text_tokens=text_tokens, quantized=quant)
         cp = getattr(parallel_config, "context_parallel_config", None) if parallel_config is not None else None
         if quant and cp is not None:
-            ctx.stats[(self.expert, self.block_index, step, attention_type, "quantized")] += 1
+            self._count(attention_type, "quantized")
             return self._context_parallel(query, key, value, attn_mask, parallel_config, quantized=True,
                                           attention_type=attention_type)
         if quant:
@@ -224,13 +242,13 @@ class _RecipeProcessorMixin:
                 valid = key_padding(attn_mask, query.shape[0], key.shape[1])
             except _UnsupportedMask as e:
                 ctx.warn_once("mask", f"attention mask is not a key-padding mask ({e}); those calls run unquantized")
-                ctx.stats[(self.expert, self.block_index, step, attention_type, "fallback")] += 1
+                self._count(attention_type, "fallback")
             else:
-                ctx.stats[(self.expert, self.block_index, step, attention_type, "quantized")] += 1
+                self._count(attention_type, "quantized")
                 return self._quantized(query, key, value, valid, attention_type=attention_type,
                                        text_tokens=text_tokens)
         else:
-            ctx.stats[(self.expert, self.block_index, step, attention_type, "high")] += 1
+            self._count(attention_type, "high")
         if cp is not None and cp.ring_degree > 1 and self._attention_backend in (None, "native"):
             # diffusers' native backend has no log-sum-exp, which ring attention needs: dense op here
             return self._context_parallel(query, key, value, attn_mask, parallel_config, quantized=False,
@@ -324,7 +342,7 @@ class _RecipeProcessorMixin:
         if dispatch.kernel_runs(spec, qb, kb, geometry):
             return
         ctx = self.ctx
-        ctx.stats[(self.expert, self.block_index, ctx.tracker.step, attention_type, "engine")] += 1
+        self._count(attention_type, "engine")
         why = (dispatch.supports(spec, q.device, q.shape[-1])[1]
                or dispatch.refuse_call(dispatch.variant_of(spec), qb, kb, geometry) or "no kernel for this call")
         ctx.warn_once("engine", f"{ctx.recipe.name}: no kernel takes these calls ({why}); they run on the float64 "
