@@ -9,8 +9,9 @@ import pytest
 
 
 def _row(series, sparsity, ms, err):
+    split = {"16": 1.0, "8": 0.0, "4": 0.0} if series == "sparse16" else {"16": 0.15, "8": 0.25, "4": 0.6}
     return {"shape": "s", "series": series, "recipe": f"{series}@{sparsity}", "sparsity": sparsity,
-            "total_ms": ms, "rel_l2": err}
+            "split": split, "total_ms": ms, "rel_l2": err}
 
 
 SWEEP = [_row("sparse16", 0.5, 100.0, 0.01), _row("sparse16", 0.8, 50.0, 0.04), _row("sparse16", 0.9, 25.0, 0.16),
@@ -44,5 +45,6 @@ def test_plot_sweep_writes_a_png(tmp_path):
     from lowbit_video.bench.draft import plot_sweep
 
     path = tmp_path / "p.png"
-    plot_sweep({"sweep": SWEEP, "baselines": [{"shape": "s", "ms": 80.0}]}, "s", path)
+    rows = [{"shape": "s", "recipe": "draftattention2", "total_ms": 60.0, "rel_l2": 0.06}]
+    plot_sweep({"sweep": SWEEP, "rows": rows, "baselines": [{"shape": "s", "ms": 80.0}]}, "s", path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

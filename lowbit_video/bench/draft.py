@@ -184,10 +184,13 @@ def plot_sweep(info: dict, shape: str, path) -> None:
         if pts:
             ax.plot([p["total_ms"] for p in pts], [p["rel_l2"] for p in pts], style, label={
                 "sparse16": "sparse, 16-bit", "int8": "sparse, INT8/FP8 (dense at sparsity 0)",
-                "mixed": "mixed 16/8/4 (15/25/60)"}[series])
+                "mixed": "mixed 16/8/4 ({})".format("/".join(f"{100 * pts[0]['split'][b]:.0f}"
+                                                               for b in ("16", "8", "4")))}[series])
             for p in pts:
                 ax.annotate(f"{1 - p['sparsity']:.2g}", (p["total_ms"], p["rel_l2"]), fontsize=7,
                             textcoords="offset points", xytext=(3, 3))
+    for r, marker in zip((r for r in info["rows"] if r["shape"] == shape), "xP*DvH<>"):
+        ax.plot([r["total_ms"]], [r["rel_l2"]], marker, ls="none", label=r["recipe"])
     for b in info["baselines"]:
         if b["shape"] == shape:
             ax.axvline(b["ms"], color="grey", ls="--", lw=1, label=f"SDPA cuDNN bf16 ({b['ms']:.0f} ms)")
@@ -196,7 +199,7 @@ def plot_sweep(info: dict, shape: str, path) -> None:
     ax.set_xlabel("time per attention call, ms (pre-pass + route + kernel)")
     ax.set_ylabel("relative L2 error vs exact attention")
     ax.set_title(f"DraftAttention2 on H200, {shape} (labels: retained density)", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from ..bench.common import draft_recipes
+        from ..bench.common import draft_recipes, shape_name
         from ..bench.draft import GEOMETRIES, bench_draft, equal_time_comparison, plot_sweep
         from ..bench.kernels import _is_draft, parse_config
         from ..errors import UserError
@@ -110,6 +110,7 @@ def register(app: typer.Typer) -> None:
             raise UserError("bench draft needs a CUDA GPU (none is visible)")
         shapes = shapes or ["wan14b-720p"]
         _check_known(shapes, _shape_names(GEOMETRIES), "shape")
+        shapes = [shape_name(s) for s in shapes]  # the rows carry the canonical names
         recipes = recipes or draft_recipes()
         not_draft = [r for r in recipes if not _is_draft(r)]
         if not_draft:
