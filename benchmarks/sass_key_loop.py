@@ -18,6 +18,11 @@ Examples, with the launcher's default settings at head_dim 128 (MODE: 0 dense, 1
     python benchmarks/sass_key_loop.py gluon 3 STAGES=3 P_SHIFT=0 QK=fp8 EARLY=True WORK_LOOP=True  # rotateattention-half
     python benchmarks/sass_key_loop.py triton 1                # mxattention on the Triton kernel (PQ=False: no P quantization)
     python benchmarks/sass_key_loop.py triton 3 SMQ=2 ROTV=True P_FP8=False P_SHIFT=0.0 PNQ=False NUM_STAGES=3 QK=fp8
+    python benchmarks/sass_key_loop.py draft                   # DraftAttention2's Gluon kernel (kernels/draft_ws.py)
+
+The draft kernel's consumers have one key loop per phase (and each warpgroup its own copy): with bf16 inputs at
+head_dim 128, the 16-bit and prefix loops are the shortest, then INT8/FP8 (IGMMA, I2FP), then NVFP4 (the
+per-16-key P̃ quantization: VIMNMX, LOP3 per score).
 """
 
 from __future__ import annotations
@@ -158,6 +163,45 @@ def compile_gluon(mode: int, over: dict):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
+def compile_draft(over: dict):
+    """The block-sparse Gluon kernel draft_ws_fwd for sm_90; `over`: D (128), STAGES (2), DT (bfloat16: the 16-bit
+    phase's input dtype), WRITE_LSE."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    _import_kernels()
+    from kernels.draft_ws import BLOCK, draft_ws_fwd
+
+    D, stages, dt = int(over.pop("D", 128)), int(over.pop("STAGES", 2)), str(over.pop("DT", "bfloat16"))
+    const = _constexprs(draft_ws_fwd, dict(STAGES=stages, num_warps=4), over)
+    lay = gl.NVMMASharedLayout.get_default_for
+    b = BLOCK.value
+
+    def rows(gdt, name):
+        return _descriptor_type([b, D], lay([b, D], gdt), f"torch.{name}")
+
+    def cols(gdt, name):
+        return _descriptor_type([D, b], lay([D, b], gdt), f"torch.{name}")
+
+    g16 = getattr(gl, dt)
+    sig = dict(q4d=rows(gl.float16, "float16"), q8d=rows(gl.int8, "int8"), q16d=rows(g16, dt),
+               k4d=rows(gl.float16, "float16"), k8d=rows(gl.int8, "int8"), k16d=rows(g16, dt),
+               v4d=cols(gl.float16, "float16"), v8d=cols(gl.float8e4nv, "float8_e4m3fn"), v16d=rows(g16, dt),
+               pkd=rows(g16, dt), pvd=rows(g16, dt), IDX="*i32", CNT="*i32", COUNTS="*i32", QS8="*fp32",
+               KS8="*fp32", VS8="*fp32", S4="*fp32", GATHER="*i32", O="*bf16", LSE="*fp32", c="fp32",
+               p8_shift="fp32")
+    names = draft_ws_fwd.arg_names
+    for n in names:
+        sig.setdefault(n, "constexpr" if n in const else "i32")
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("IDX", "CNT", "COUNTS", "QS8", "KS8", "VS8",
+                                                                    "S4", "GATHER", "O", "so_b", "so_h", "so_n")}
+    src = GluonASTSource(fn=draft_ws_fwd, signature={n: sig[n] for n in names},
+                         constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
 def sass_of(kernel, path: str):
     """(SASS text, "REG:n STACK:n shared n") of a compiled kernel, through the cuobjdump Triton ships."""
     import triton
@@ -198,8 +242,14 @@ def key_loops(sass: str, kernel: str):
     ins, found = loop_spans(sass)
     if kernel == "triton":  # the two longest loops: the key loop (and its peeled copy when there is one)
         return [(n, histogram(ins, a, b)) for n, a, b in found[:2]]
-    # Gluon: the shortest loops that issue a wgmma and one exp2 per score (>= 60 MUFU): the consumers' key loops
+    if kernel == "draft":  # the innermost loops that issue a wgmma and one exp2 per score of a 64×64 tile
+        inner = [(n, a, b) for n, a, b in found
+                 if not any(a <= a2 and b2 <= b and (a2, b2) != (a, b) for _, a2, b2 in found)]
+        loops = [(n, histogram(ins, a, b)) for n, a, b in inner]
+        loops = [(n, h) for n, h in loops if (h["HGMMA"] or h["IGMMA"] or h["QGMMA"]) and h["MUFU"] >= 32]
+        return sorted(loops, key=lambda x: x[0])
     loops = [(n, histogram(ins, a, b)) for n, a, b in found]
+    # Gluon: the shortest loops that issue a wgmma and one exp2 per score (>= 60 MUFU): the consumers' key loops
     loops = [(n, h) for n, h in loops if (h["QGMMA"] or h["IGMMA"]) and h["MUFU"] >= 60]
     return sorted(loops, key=lambda x: x[0])[:2]
 
@@ -207,8 +257,10 @@ def key_loops(sass: str, kernel: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kernel", choices=("triton", "gluon"), help="kernels/_core.py attn_fwd or kernels/gluon_ws.py attn_ws_fwd")
-    ap.add_argument("mode", type=int, choices=(0, 1, 2, 3, 4), help="0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4")
+    ap.add_argument("kernel", choices=("triton", "gluon", "draft"),
+                    help="kernels/_core.py attn_fwd, kernels/gluon_ws.py attn_ws_fwd or kernels/draft_ws.py draft_ws_fwd")
+    ap.add_argument("mode", type=int, nargs="?", choices=(0, 1, 2, 3, 4),
+                    help="0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4 (triton and gluon; draft has none)")
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="constexpr overrides (e.g. PQ=False NUM_STAGES=3), num_warps=N, maxnreg=N (Triton), "
                          "D=64 / STAGES=3 (Gluon), QK=fp8 (INT4 Q/K codes as E4M3)")
@@ -220,6 +272,8 @@ def main(argv=None) -> int:
         if not sep or not key:
             ap.error(f"settings are KEY=VALUE, got {item!r}")
         over[key] = raw if key == "QK" else _value(raw)
+    if args.kernel != "draft" and args.mode is None:
+        ap.error(f"the {args.kernel} kernel needs a mode")
     if args.kernel == "gluon" and args.mode not in (1, 2, 3):
         ap.error("the Gluon kernel has modes 1 (MXFP4), 2 (sage2-int8) and 3 (INT4)")
     try:
@@ -227,10 +281,13 @@ def main(argv=None) -> int:
     except ImportError:
         print("error: triton is not installed (pip install triton==3.6.0)", file=sys.stderr)
         return 2
-    kernel = (compile_triton if args.kernel == "triton" else compile_gluon)(args.mode, over)
+    if args.kernel == "draft":
+        kernel = compile_draft(over)
+    else:
+        kernel = (compile_triton if args.kernel == "triton" else compile_gluon)(args.mode, over)
     sass, usage = sass_of(kernel, args.cubin)
     print(usage)
-    label = "key loop" if args.kernel == "gluon" else "loop"  # Triton: the key loop and its masked tail copy
+    label = "loop" if args.kernel == "triton" else "key loop"  # Triton: the key loop and its masked tail copy
     for n, h in key_loops(sass, args.kernel):
         print(f"{label}: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(40)))
     return 0

@@ -22,7 +22,8 @@ in the MMA):
 - 16 bit: the input dtype's MMAs, P̃ rounded to it (the prefix keys likewise, the ragged last tile masked).
 Padding key slots (past a region block's real-token count, always a block's tail) are masked out.
 
-Cost per 64×64 key tile and warpgroup (offline SASS, Triton 3.6, head_dim 128): 16-bit 372 instructions,
+Cost per 64×64 key tile and warpgroup (offline SASS, Triton 3.6, head_dim 128, bf16:
+`python benchmarks/sass_key_loop.py draft`): 16-bit 372 instructions,
 INT8/FP8 492 (the int → float conversion of the logits and the FP8 P̂'s move into the operand layout), NVFP4 878
 (the per-16-key quantization of P̃ on top of 16-bit MMAs). The consumers are issue-bound, so a 4-bit pair costs
 about twice a 16-bit one: Hopper's missing FP4 MMA is paid in ALU instructions, not saved in tensor time.
