@@ -404,14 +404,6 @@ def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
 
 
 @triton.jit
-def _int8_rows_kernel(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
-                      D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr = False):
-    """`_int8_rows` for token tile program_id(0) of (batch, head) program_id(1)."""
-    _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, tl.program_id(0), tl.program_id(1), D, ROWS,
-               SUB_MEAN, EMULATE_FMA)
-
-
-@triton.jit
 def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh,
                D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64.
@@ -484,11 +476,19 @@ def _e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
 
 
 @triton.jit
-def _v_fp8_kernel(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, TB: tl.constexpr,
-                  OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr = False):
-    """`_v_fp8` for token tile program_id(0) of (batch, head) program_id(1)."""
-    _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, tl.program_id(0), tl.program_id(1), D, TB, OPERAND_ORDER,
-           EMULATE_FMA)
+def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad,
+                          n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
+                          OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """The sage2 pre-pass's last launch, programs split by id: [0, n_k_progs) K's INT8 codes after the mean
+    (`_int8_rows`), the rest V's E4M3 codes (`_v_fp8`). One launch instead of two: 1 % slower at wan14b-720p, the
+    same at wan14b-480p, one host launch (~25 µs, the GPU waiting) less where calls are short."""
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    if pid < n_k_progs:
+        _int8_rows(K, KMEAN, KC, KS, sk_b, sk_h, sk_n, sk_d, H, Nk, n_pad, pid, pid_bh, D, ROWS, True, EMULATE_FMA)
+    else:
+        _v_fp8(V, SV, VT, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad, pid - n_k_progs, pid_bh, D, TB, OPERAND_ORDER,
+               EMULATE_FMA)
 
 
 @triton.jit
@@ -613,8 +613,8 @@ def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
-    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Four launches: Q's codes with
-    K's and V's token statistics, the mean and V scales, K's codes, V's codes (five Triton passes and the torch
+    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Three launches: Q's codes with
+    K's and V's token statistics, the mean and V scales, K's and V's codes (five Triton passes and the torch
     reductions between them before, which left the GPU waiting on the host between launches)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
@@ -644,12 +644,12 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
         H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=_EMULATE_FMA,
         num_warps=warps)
     _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
-    # K's and V's codes in two launches: one launch with both (programs split by id) measured 1 % slower at
-    # wan-720p and the same at 480p
-    _int8_rows_kernel[(pad_k // rows, BH)](k, kmean, kc, ks, *_bhnd_strides(k, layout), H, Nk, pad_k, D=D, ROWS=rows,
-                                           SUB_MEAN=True, EMULATE_FMA=_EMULATE_FMA, num_warps=warps)
-    _v_fp8_kernel[(pad_k // tb, BH)](v, sv, vt.view(torch.uint8), *_bhnd_strides(v, layout), H, Nk, pad_k, D=D, TB=tb,
-                                     OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA, num_warps=v_warps)
+    if v_warps != warps:
+        raise AssertionError("SAGE_ROWS and SAGE_V_TOKENS name the warps of one launch: they must agree")
+    _sage_kv_codes_kernel[(pad_k // rows + pad_k // tb, BH)](
+        k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
+        pad_k, pad_k // rows, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA,
+        num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
 
