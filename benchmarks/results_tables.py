@@ -1,13 +1,13 @@
 """Markdown tables of results/kernels-h200.md and results/e2e-h200.md from the JSON their bench commands print.
 
 `lowbit-video bench kernels --json` prints one object (rows per shape and recipe, baselines per shape);
-`lowbit-video bench e2e --json` prints a list of rows (per resolution and recipe, the cuDNN forward first). This
-script lays them out as the results pages do: one row per recipe, one column pair (ms, × cuDNN) per shape or
-resolution; for kernels also the pre-pass / kernel split at one shape.
+`lowbit-video bench e2e --json` prints a list of rows (per model, resolution and recipe, the cuDNN forward first).
+This script lays them out as the results pages do: one row per recipe, one column pair (ms, × cuDNN) per shape or
+model and resolution; for kernels also the pre-pass / kernel split at one shape.
 
 Examples:
     python benchmarks/results_tables.py kernels results/kernels-h200.json
-    python benchmarks/results_tables.py kernels results/kernels-h200.json --split-shape wan-480p
+    python benchmarks/results_tables.py kernels results/kernels-h200.json --split-shape wan14b-480p
     python benchmarks/results_tables.py e2e results/e2e-h200.json
 """
 
@@ -66,14 +66,15 @@ def split_table(info: dict, shape: str) -> str:
 
 
 def e2e_table(rows: list) -> str:
-    """Every recipe at every resolution: forward ms and the ratio to the all-cuDNN forward of the same run."""
-    resolutions = _ordered(r["resolution"] for r in rows)
-    lines = ["| recipe | " + " | ".join(f"{res} ms | × cuDNN" for res in resolutions) + " |",
-             "|---|" + "---|---|" * len(resolutions)]
+    """Every recipe at every model and resolution: forward ms and the ratio to the all-cuDNN forward of the same
+    run (rows without a model are the 14B's, the only model the command had before)."""
+    col = lambda r: f"{r.get('model', 'wan2.1-t2v-14b')} {r['resolution']}"  # noqa: E731
+    cols = _ordered(col(r) for r in rows)
+    lines = ["| recipe | " + " | ".join(f"{c} ms | × cuDNN" for c in cols) + " |", "|---|" + "---|---|" * len(cols)]
     for recipe in _ordered(r["recipe"] for r in rows):
         cells = []
-        for res in resolutions:
-            r = next((r for r in rows if r["resolution"] == res and r["recipe"] == recipe), None)
+        for c in cols:
+            r = next((r for r in rows if col(r) == c and r["recipe"] == recipe), None)
             cells += ["—", "—"] if r is None else [f"{r['ms']:.2f}", f"{r['x_cudnn']:.3f}"]
         name = "SDPA cuDNN bf16 (baseline)" if recipe == "sdpa-cudnn" else f"`{recipe}`"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -85,14 +86,14 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kind", choices=("kernels", "e2e"), help="which command's JSON")
     ap.add_argument("json", help="the JSON file (`lowbit-video bench kernels --json` or `bench e2e --json` output)")
-    ap.add_argument("--split-shape", default="wan-720p", help="kernels: the shape of the pre-pass / kernel table")
+    ap.add_argument("--split-shape", default="wan14b-720p", help="kernels: the shape of the pre-pass / kernel table")
     args = ap.parse_args(argv)
     try:
         with open(args.json, encoding="utf-8") as f:
             data = json.load(f)
         text = (kernels_table(data) + "\n\n" + split_table(data, args.split_shape) if args.kind == "kernels"
                 else e2e_table(data))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: {args.json}: not a readable `bench {args.kind} --json` output ({type(exc).__name__}: {exc})",
               file=sys.stderr)
         return 2

@@ -142,10 +142,11 @@ def test_e2e_json_is_what_bench_e2e_prints():
     import json
 
     rows = json.loads((RESULTS / "e2e-h200.json").read_text())
-    keys = {"resolution", "recipe", "tokens", "blocks", "params", "ms", "ms_all", "x_cudnn", "attention_calls"}
+    keys = {"model", "resolution", "recipe", "tokens", "blocks", "params", "ms", "ms_all", "x_cudnn", "attention_calls"}
     assert isinstance(rows, list) and rows
     assert all(set(r) == keys for r in rows), "rows as lowbit_video/bench/e2e.py writes them"
-    assert {r["resolution"] for r in rows if r["recipe"] == "sdpa-cudnn"} == {r["resolution"] for r in rows}
+    runs = lambda rs: {(r["model"], r["resolution"]) for r in rs}  # noqa: E731
+    assert runs(r for r in rows if r["recipe"] == "sdpa-cudnn") == runs(rows)
 
 
 def test_results_tables_lay_out_the_committed_json():

@@ -1,0 +1,153 @@
+"""Where the time of one `attend(q, k, v, recipe)` call goes, at the model zoo's shapes (bench/common.py SHAPES).
+
+For each shape and recipe (random bf16 BHND inputs, D = 128, as `lowbit-video bench kernels`) it prints, beside SDPA
+cuDNN in the same process:
+- total: one call timed by CUDA events from an idle GPU (median of 15, 7 at the long shapes, after 2 warm-ups): the
+  figure `bench kernels` reports, host work included;
+- b2b: calls issued back to back (events around the whole run, divided by the count): the GPU-bound rate, the host
+  time hidden when the host runs ahead;
+- host: wall time of issuing one call without waiting (the Python and launch work);
+- pre / kern: the pre-pass and the kernel timed on their own (`kernels.launch.split_call`, each from an idle GPU).
+`--tune 'RECIPE:{"KEY": VALUE}'` (repeatable) also times the kernel with those settings at the three smallest shapes.
+With `--out DIR`, at the `short` shape it writes a host cProfile and torch.profiler's kernel list of the first two
+recipes there, and every figure as profile.json.
+
+Example (the figures of results/kernels-h200.md's "Small shapes" section):
+    python benchmarks/attend_profile.py --shapes short wan1.3b-480p \\
+        --recipes sage2-int8 mxattention rotateattention-half \\
+        --tune 'sage2-int8:{"NUM_STAGES": 2}' --tune 'mxattention:{"NUM_STAGES": 3}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+
+SMALL = ("short", "wan1.3b-480p", "wan2.2-5b-720p")
+
+
+def _b2b_ms(fn, n: int) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def _host_ms(fn, n: int = 5) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t0) / n * 1e3
+    torch.cuda.synchronize()
+    return host
+
+
+def _write_profiles(q, k, v, recipes, out: str) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from lowbit_video.attention import attend
+
+    for r in recipes[:2]:
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(50):
+            attend(q, k, v, r)
+        pr.disable()
+        torch.cuda.synchronize()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+        with open(os.path.join(out, f"cprofile-{r}.txt"), "w") as fh:
+            fh.write(s.getvalue())
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                attend(q, k, v, r)
+            torch.cuda.synchronize()
+        with open(os.path.join(out, f"kernels-{r}.txt"), "w") as fh:
+            fh.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=list(SMALL), help="zoo shape names (default: the three smallest)")
+    ap.add_argument("--recipes", nargs="+", default=["sage2-int8", "mxattention"], help="recipes to time")
+    ap.add_argument("--tune", action="append", default=[], help='RECIPE:{"KEY": VALUE} kernel settings to time too')
+    ap.add_argument("--out", help="folder for profile.json and the profiles of the short shape")
+    args = ap.parse_args(argv)
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from lowbit_video.attention import attend
+    from lowbit_video.bench.common import SHAPES, median_ms, shape_name
+    from lowbit_video.kernels.launch import attention, split_call
+
+    if not torch.cuda.is_available():
+        print("error: attend_profile.py needs a CUDA GPU (none is visible)", file=sys.stderr)
+        return 2
+    try:
+        shapes = [SHAPES[shape_name(s)] for s in args.shapes]
+        tune = [(r, json.loads(cfg)) for r, _, cfg in (t.partition(":") for t in args.tune)]
+    except (KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for sh in shapes:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(sh.batch, sh.heads, sh.tokens, sh.head_dim, device="cuda", dtype=torch.bfloat16,
+                               generator=g) for _ in range(3))
+        reps = 7 if sh.heads * sh.tokens ** 2 > 6e10 else 15
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+        c, cb = median_ms(cudnn, warmup=2, reps=reps), _b2b_ms(cudnn, reps)
+        print(f"{sh.name:15s} cudnn {c:8.3f} ms  b2b {cb:8.3f}", flush=True)
+        for r in args.recipes:
+            call = lambda: attend(q, k, v, r)  # noqa: E731
+            tot = median_ms(call, warmup=2, reps=reps)
+            b2b, host = _b2b_ms(call, reps), _host_ms(call)
+            pre, kern, st = split_call(q, k, v, r)
+            pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
+            rows.append(dict(shape=sh.name, recipe=r, cudnn=c, total=tot, b2b=b2b, host=host, pre=pm, kern=km,
+                             x=c / tot, x_b2b=cb / b2b, kernel=st.kernel))
+            print(f"{sh.name:15s} {r:22s} total {tot:8.3f} x{c / tot:5.2f} | b2b {b2b:8.3f} x{cb / b2b:5.2f} | "
+                  f"host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel})", flush=True)
+        for r, cfg in tune:
+            if sh.name not in SMALL:
+                continue
+            pre, kern, st = split_call(q, k, v, r, config=cfg)
+            km = median_ms(kern, warmup=1, reps=reps)
+            tot = median_ms(lambda: attention(q, k, v, r, config=cfg), warmup=1, reps=reps)
+            rows.append(dict(shape=sh.name, recipe=r, config=cfg, kern=km, total=tot, cudnn=c))
+            print(f"{sh.name:15s} TUNE {r} {json.dumps(cfg)}: kern {km:8.3f} total {tot:8.3f} x{c / tot:5.2f}",
+                  flush=True)
+        if sh.name == "short" and args.out:
+            _write_profiles(q, k, v, args.recipes, args.out)
+        del q, k, v
+        torch.cuda.empty_cache()
+    if args.out:
+        with open(os.path.join(args.out, "profile.json"), "w") as fh:
+            json.dump(rows, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
