@@ -26,6 +26,18 @@ import triton.language as tl
 RULE_IDS = {"ocp": 0, "tfs": 1, "uos": 2}
 MODE_DENSE, MODE_MX, MODE_SAGE, MODE_INT4, MODE_NVFP4 = 0, 1, 2, 3, 4
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def row_lse(m_log2, l, shift):
+    """The rows' log-sum-exp, natural log, from the online-softmax state every kernel ends with: the running
+    maximum m_log2 (log2 domain) and the normaliser l it divides the output by, l in units of 2^(m_log2 − shift)
+    (shift: the exponent the kernel's P̃ carries, e.g. P_SHIFT). lse = ln 2 · (m_log2 − shift + log2 l): the
+    logarithm of the normaliser the output was divided by, so ring attention's merge by exp(lse) weighs each key
+    chunk by the mass it applied (for PNQ recipes Σ P̂, for direct placement Σ P̃; the engine's `lse`).
+    Rows with no key (l = 0) get −inf."""
+    return tl.where(l > 0, (m_log2 - shift + tl.log2(tl.where(l > 0, l, 1.0))) * LN2, float("-inf"))
 
 
 @triton.jit
@@ -380,7 +392,7 @@ def _tile_loop(acc, m_i, l_i, n_bad, q, k_base, sk_n, vt_base, sv_n, offs_d, kpm
 
 
 @triton.jit
-def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
+def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, LSE, KF, QM, HV,
              sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_d, sv_n, so_b, so_h, so_n, so_d,
              sqs_bh, sks_bh, svs_bh, skpm_b,
              H, N_Q, N_KV, sm_scale_log2, skf_bh, sqm_bh, rotv_scale,
@@ -389,8 +401,10 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
              P_SHIFT: tl.constexpr, PROMOTE: tl.constexpr, PQ: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
              PLEV: tl.constexpr = 15, SMQ: tl.constexpr = 0, ROTV: tl.constexpr = False,
-             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, GATED: tl.constexpr = False):
-    """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H).
+             PROW: tl.constexpr = False, PIPE: tl.constexpr = False, GATED: tl.constexpr = False,
+             WRITE_LSE: tl.constexpr = False):
+    """Non-causal attention forward. Grid (cdiv(N_Q, BLOCK_M), B·H). WRITE_LSE: also each row's log-sum-exp
+    (`row_lse`, natural log, of the scores as the kernel scaled them) into LSE, fp32 (B·H, N_Q).
 
     MODE 0 dense: Q, K, V in 16 bit (any strides); no scales.
     MODE 1 MXFP4: Q, K hold E2M1·2^(e_b − R) (E4M3, or bf16 for the exact fallback) with one exponent R
@@ -477,6 +491,8 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
         out = tl.dot(out, hv, input_precision="tf32x3") * rotv_scale
     o_ptrs = O + b * so_b + h * so_h + offs_m[:, None] * so_n + offs_d[None, :] * so_d
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < N_Q)[:, None])
+    if WRITE_LSE:  # l_i counts P̃·2^P_SHIFT (every MODE; INT4 and NVFP4 have P_SHIFT 0)
+        tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, row_lse(m_i, l_i, P_SHIFT), mask=offs_m < N_Q)
     if MODE == 1:
         if GATED:
             tl.atomic_add(BAD + 3, tl.sum(n_bad, axis=0))
@@ -485,10 +501,10 @@ def attn_fwd(Q, K, VT, O, QS, KS, VS, KPM, BAD, KF, QM, HV,
 
 
 @triton.jit
-def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID, IDX, CNT, PK, PV, O,
+def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID, IDX, CNT, PK, PV, O, LSE,
               R, S, W, N_PRE, sm_scale_log2, p8_shift_inv,
               HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, P8_SHIFT: tl.constexpr, PROMOTE: tl.constexpr,
-              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False):
+              NUM_STAGES: tl.constexpr, RNE_P: tl.constexpr = False, WRITE_LSE: tl.constexpr = False):
     """DraftAttention2, block-sparse and mixed precision: one program per (packed query region, b·h).
 
     Operands are packed region blocks of BLOCK slots (S = R·BLOCK per b·h, padding slots zero and marked 0
@@ -500,7 +516,9 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
     (B·H, R, 3) entries each. PK, PV (B·H, N_PRE, D): the prefix (text) keys, dense at 16 bit, last.
     Every phase is `_tile_loop` (`_tile_step`) of the shared core with PHASE=True, unpipelined (its 64×64
     tiles leave too little ALU work per MMA for PIPE to pay): one (m, ℓ, Õ) per row, normalised once
-    (rows that kept nothing give 0). O (B·H, S, D) fp32, packed. RNE_P: round P̃·448 onto E4M3 in fp32 before
+    (rows that kept nothing give 0). O (B·H, S, D) fp32, packed; WRITE_LSE: each row's log-sum-exp (`row_lse`;
+    ℓ counts P̃ before quantization in every phase, as the engine's; −inf for rows that kept nothing) into LSE
+    (B·H, S) fp32, packed. RNE_P: round P̃·448 onto E4M3 in fp32 before
     the FP8 cast (only under the CPU interpreter, whose cast is not RNE; on the GPU the cast is cvt.rn).
     """
     pid_m = tl.program_id(0)
@@ -563,3 +581,5 @@ def draft_fwd(Q16, K16, V16, Q8, K8, V8T, QS8, KS8, VS8, Q4, K4, V4T, S4, VALID,
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     out = tl.where(l_i[:, None] > 0, acc / l_safe[:, None], 0.0)
     tl.store(O + base + rows, out)
+    if WRITE_LSE:  # every phase adds to ℓ in unshifted units (lsc)
+        tl.store(LSE + bh.to(tl.int64) * S + offs_m, row_lse(m_i, l_i, 0.0))

@@ -11,8 +11,7 @@ Each row (`Variant`) says
   and which settings (`SETTINGS`) a caller may change;
 - how the recipe behaves beside the kernel: `exact` (plain softmax attention: the model's own kernel runs it),
   `geometry` (it needs the video token layout: self-attention over every token of the video at once, so no
-  cross-attention and no ring context parallelism), `no_lse` (why `attend(..., return_lse=True)` is not available),
-  `engine` (the exact CPU engine that computes it: "reference" or "draft").
+  cross-attention and no ring context parallelism), `engine` (the exact CPU engine that computes it: "reference" or "draft").
 
 Pure Python: importing it loads neither triton nor the kernels (the CLI reads it on every start).
 """
@@ -214,7 +213,6 @@ class Variant:
     dtypes: tuple[str, ...] = ()  # the input dtypes the kernel takes; () = any floating type
     exact: bool = False
     geometry: bool = False
-    no_lse: str = ""  # why attend(..., return_lse=True) is not available ("": it is)
     engine: str = "reference"
     in_attend: bool = True  # attend runs this kernel (dense: torch SDPA, in the input dtype, is faster)
     gluon: bool = False  # the Gluon kernel (kernels/gluon_ws.py) has a mode for it (setting GLUON)
@@ -244,8 +242,7 @@ VARIANTS = (
             settings=_ATTN, block_m=QUERY_GROUP),
     Variant("draft", "DraftAttention2 (kind draft): block-sparse, mixed 16/8/4-bit, 64-token region blocks",
             lambda s: s.kind == "draft", _refuse_draft, _defaults_draft, entry="draft:draft_attention",
-            settings=tuple(DRAFT_KEYS), dtypes=("float16", "bfloat16"), geometry=True,
-            no_lse="block-sparse attention", engine="draft"),
+            settings=tuple(DRAFT_KEYS), dtypes=("float16", "bfloat16"), geometry=True, engine="draft"),
     Variant("reference", "any other recipe: no kernel, the reference engine", lambda s: True, _no_kernel),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
@@ -352,22 +349,27 @@ def refuse_call(row: Variant, q, k, geometry=None) -> str:
     return ""
 
 
-def kernel_runs(spec: AttentionSpec, q, k, geometry=None) -> bool:
+def kernel_runs(spec: AttentionSpec, q, k, geometry=None, return_lse: bool = False) -> bool:
     """Whether `attend` runs a kernel for these BHND tensors: CUDA, a row with a kernel that attend uses, supported
-    on this device and head_dim, and the call's own constraints met."""
+    on this device and head_dim, and the call's own constraints met. With return_lse the dense row's kernel runs
+    too (torch SDPA returns no log-sum-exp)."""
     if not q.is_cuda:
         return False
     row = variant_of(spec)
-    return (row.in_attend and supports(spec, q.device, q.shape[-1])[0]
+    return ((row.in_attend or return_lse) and supports(spec, q.device, q.shape[-1])[0]
             and not refuse_call(row, q, k, geometry))
 
 
-def run_kernel(spec: AttentionSpec, q, k, v, *, scale=None, rope_segments=None, geometry=None):
-    """The row's kernel on BHND tensors (the caller checked `kernel_runs`)."""
+def run_kernel(spec: AttentionSpec, q, k, v, *, scale=None, rope_segments=None, geometry=None,
+               return_lse: bool = False):
+    """The row's kernel on BHND tensors (the caller checked `kernel_runs`); with return_lse (out, lse), lse fp32
+    (B, H, Nq) written by the kernel's epilogue (every kernel writes it)."""
     row = variant_of(spec)
     module, function = row.entry.split(":")
     fn = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     extra = {"geometry": geometry} if row.geometry else {"rope_segments": rope_segments}
+    if return_lse:
+        extra["return_lse"] = True
     return fn(q, k, v, spec, layout="BHND", scale=scale, **extra)
 
 

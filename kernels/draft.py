@@ -29,6 +29,7 @@ from ._core import LOG2E, draft_fwd
 from .draft_prepass import draft_prepass
 from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
 from .dispatch import attention_spec, draft_config
+from .launch import attention
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
 
@@ -87,9 +88,9 @@ def _gluon_runs(cfg: dict, device: torch.device) -> bool:
 
 
 def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float | None = None,
-                codes: torch.Tensor | None = None, config: dict | None = None):
+                codes: torch.Tensor | None = None, config: dict | None = None, return_lse: bool = False):
     """(prepass, route, kernel) zero-argument callables whose sequence is one `draft_attention` call
-    (each reuses the previous one's results), and the box they fill: "pre", "plan", "out"."""
+    (each reuses the previous one's results), and the box they fill: "pre", "plan", "out" (and "lse")."""
     spec = _draft_spec(recipe)
     _check(q, k, v, layout, geometry, spec)
     lay, gather, valid, inverse, gather32, counts = _layout_on(geometry, spec.block, q.device)
@@ -119,43 +120,61 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
             pv = bhnd(v)[:, :, :P, :].reshape(B * H, P, D).contiguous()
         else:
             pk = pv = None
-        if _gluon_runs(cfg, dev):
+        lse = None
+        if _gluon_runs(cfg, dev) and not return_lse:
             # video rows written in token order and the input dtype by the kernel itself
             out = torch.empty(q.shape, dtype=q.dtype, device=dev)
             ob = bhnd(out)
             draft_ws.launch(pre, plan, counts, gather32, pk, pv, ob, ob.stride(), H, P, sm_scale * LOG2E,
                             -math.log2(P_FP8_SCALE), stages=cfg["NUM_STAGES"])
         else:
+            # (return_lse: the Triton kernel, whose epilogue writes it; the Gluon kernel does not yet)
             o = torch.empty((B * H, S, D), device=dev, dtype=torch.float32)
+            lse = torch.empty((B * H, S), device=dev, dtype=torch.float32) if return_lse else None
             draft_fwd[(R, B * H)](
                 pre["q16"], pre["k16"], pre["v16"], pre["q8"], pre["k8"], pre["v8t"], pre["qs8"],
                 pre["ks8"].repeat_interleave(blk, dim=1).contiguous(), pre["vs8"], pre["q4"], pre["k4"],
                 pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pre["k16"] if pk is None else pk,
-                pre["v16"] if pv is None else pv, o, R, S, plan.idx.shape[-1], P, sm_scale * LOG2E, P_FP8_SCALE,
-                HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
-                NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED)
+                pre["v16"] if pv is None else pv, o, o if lse is None else lse, R, S, plan.idx.shape[-1], P,
+                sm_scale * LOG2E, P_FP8_SCALE, HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE),
+                PROMOTE=cfg["PROMOTE"], NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED,
+                WRITE_LSE=return_lse)
             out = torch.empty(q.shape, dtype=q.dtype, device=dev)
             ob = bhnd(out)
             ob[:, :, P:] = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
+            if return_lse:
+                lse = lse.view(B, H, S).index_select(2, inverse)
         if P:
             qb = bhnd(q)
-            ob[:, :, :P] = torch.nn.functional.scaled_dot_product_attention(qb[:, :, :P], bhnd(k), bhnd(v),
-                                                                             scale=sm_scale)
+            if return_lse:  # the dense kernel, for its LSE
+                ob[:, :, :P], pre_lse = attention(qb[:, :, :P], bhnd(k), bhnd(v), attention_spec("fp16"),
+                                                  scale=sm_scale, return_lse=True)
+                lse = torch.cat([pre_lse, lse], dim=2)
+            else:
+                ob[:, :, :P] = torch.nn.functional.scaled_dot_product_attention(qb[:, :, :P], bhnd(k), bhnd(v),
+                                                                                 scale=sm_scale)
         box["out"] = out
+        if return_lse:
+            box["lse"] = lse.transpose(1, 2) if layout == "BNHD" else lse
         return out
 
     return run_prepass, run_route, run_kernel, box
 
 
 def draft_attention(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float | None = None,
-                    codes: torch.Tensor | None = None, return_plan: bool = False, config: dict | None = None):
+                    codes: torch.Tensor | None = None, return_plan: bool = False, config: dict | None = None,
+                    return_lse: bool = False):
     """DraftAttention2 of q, k, v (B, H, N, D) (or BNHD) laid out as `geometry` (prefix + video tokens),
     fp16/bf16, head_dim 64/128, 64-token region blocks. `codes` (B, H, R, R) overrides the router (tests
     compare kernel and engine on one routing decision). Returns the output in q's layout and dtype (and
-    the DraftPlan with return_plan)."""
+    the DraftPlan with return_plan). return_lse: (out, lse[, plan]), lse fp32 (B, H, N) (BNHD: (B, N, H)) the
+    engine's: the natural log of the normaliser each row was divided by (Σ P̃ over the blocks it kept, before
+    quantization, as the engine's ℓ; −inf for a row that kept nothing); prefix queries attend densely."""
     prep, rte, kern, box = split_draft(q, k, v, recipe, geometry, layout=layout, scale=scale, codes=codes,
-                                       config=config)
+                                       config=config, return_lse=return_lse)
     prep()
     rte()
     out = kern()
-    return (out, box["plan"]) if return_plan else out
+    head = (out, box["lse"]) if return_lse else (out,)
+    extra = (box["plan"],) if return_plan else ()
+    return head + extra if return_lse or return_plan else out

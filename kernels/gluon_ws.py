@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from triton.language.core import _aggregate as aggregate
 
-from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, int4_p_codes, mx_exponent
+from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, int4_p_codes, mx_exponent, row_lse
 from .unrotate import unrotate
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
@@ -129,9 +129,10 @@ class Consts:
     PLEV: gl.constexpr
     SMQ: gl.constexpr
     WORK_LOOP: gl.constexpr
+    WRITE_LSE: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -143,17 +144,18 @@ class Consts:
         self.PLEV = gl.constexpr(PLEV)
         self.SMQ = gl.constexpr(SMQ)
         self.WORK_LOOP = gl.constexpr(WORK_LOOP)
+        self.WRITE_LSE = gl.constexpr(WRITE_LSE)
 
 
 @gluon.jit
-def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh,
-                        sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
-                        consts):
+def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE,
+                        sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c,
+                        P_SHIFT, consts):
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh,
               svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, consts.WG,
               consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ, consts.DEFER, consts.EARLY,
-              consts.PLEV, consts.SMQ, consts.WORK_LOOP)
+              consts.PLEV, consts.SMQ, consts.WORK_LOOP, consts.WRITE_LSE)
 
 
 @gluon.jit
@@ -419,10 +421,10 @@ def acc_layout(N, K=32):
 
 @gluon.jit
 def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD,
-               sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, zero_s,
+               LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, zero_s,
                zero_o, offs_n0, offs_d, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
                FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-               PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr):
+               PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr, WRITE_LSE: gl.constexpr):
     """Work tile w (query tile w % n_m of b·h w // n_m), the program's i-th: this warpgroup's 64 rows against
     every key tile, then its output. The ring's count starts at i·n_tiles. WORK_LOOP: more may follow, so the
     next one's Q load is issued before the epilogue."""
@@ -493,14 +495,20 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     h = bh % H
     ptrs = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + offs_mo[:, None] * so_n + offs_d[None, :]
     gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
+    if WRITE_LSE:
+        if MODE == 3:
+            lse = row_lse(t_i, l_i / PLEV, 0.0)  # ℓ in units of the last tile's P̃ scale 2^t_i / PLEV (`_tile`)
+        else:
+            lse = row_lse(m_i, l_i, P_SHIFT)  # ℓ counts P̃·2^P_SHIFT
+        gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
 
 
 @gluon.jit
-def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh,
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh,
               svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, WG: gl.constexpr,
               MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
               DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr,
-              WORK_LOOP: gl.constexpr):
+              WORK_LOOP: gl.constexpr, WRITE_LSE: gl.constexpr):
     """One consumer warpgroup: work tile w = program, or with WORK_LOOP w = program, program + programs, ...
     (w -> query tile w % n_m of b·h w // n_m), each by `_work_tile`: this warpgroup's 64 rows against every key
     tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued together, then one wait (the order ptxas
@@ -534,27 +542,28 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
         i = 0
         for w in range(pid, n_work, nprog):
             _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS,
-                       O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
+                       O, BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
                        P_SHIFT, zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV,
-                       SMQ, True)
+                       SMQ, True, WRITE_LSE)
             i += 1
     else:
         # one work tile per program, no loop around it: measured faster for the direct-placement MXFP4 kernels
         # (the loop for sage2-int8 and the PNQ ones)
         _work_tile(pid, 0, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O,
-                   BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
-                   zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, False)
+                   BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
+                   P_SHIFT, zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ,
+                   False, WRITE_LSE)
 
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
 @gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_b", "so_h", "so_n", "H", "n_bh", "n_q", "n_kv",
                               "q_rows_bh", "k_rows_bh", "ds_rows_bh"])
-def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n,
-                H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
+def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h,
+                so_n, H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
                 MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
                 SMQ: gl.constexpr = 0,
-                WORK_LOOP: gl.constexpr = False, num_warps: gl.constexpr = 4):
+                WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
     w // cdiv(n_q, 128)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work tiles,
     w = program, program + programs, ...).
@@ -563,6 +572,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
     128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
     (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
+    WRITE_LSE: each row's log-sum-exp (`_core.row_lse`, natural log) into LSE, fp32 (B·H, n_q).
     MODE 3 (INT4): Q, K INT4 codes in int8 or E4M3 with fp32 per-token scales, Vᵀ INT4
     codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
@@ -593,20 +603,20 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, sq
         ds_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ds_desc.layout)
     else:
         ds_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
-    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, sqs_bh, sks_bh, svs_bh,
-            so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh,
+            svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
              ds_rows_bh, n_tiles, WORK_LOOP)
     if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
                             (_loader, largs)], [4, 1], [240, 24])
     else:
         # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
         # (the default partition keeps the launch's count: it spills)
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
 
 
@@ -629,13 +639,14 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
-           early: bool = False, work_loop: bool = False):
+           early: bool = False, work_loop: bool = False, lse=None):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
     out = that · H / sqrt(D) by `unrotate.unrotate` (the Triton kernel does it in its epilogue). work_loop: the
     programs (one per work tile) run theirs inside a loop rather than without one: same arithmetic per tile, so the
-    same output bits; only ptxas's schedule, and so the speed, differs."""
+    same output bits; only ptxas's schedule, and so the speed, differs. lse: an fp32 (B·H, Nq) tensor the rows'
+    log-sum-exp is written to (None: not computed)."""
     import torch
 
     if so[3] != 1:
@@ -658,11 +669,11 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         sdst = dst.stride()
     n_work = triton.cdiv(Nq, nwg * ROWS) * BH
     attn_ws_fwd[(n_work,)](
-        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, P["sqs"], P["sks"], P["svs"], *sdst[:3], H, BH, Nq,
-        Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
+        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse, P["sqs"], P["sks"],
+        P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
         NWG=nwg, DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
-        num_warps=4)
+        WRITE_LSE=lse is not None, num_warps=4)
     if rot:
         # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
         unrotate(dst, P["hv"], out, so)

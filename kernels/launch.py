@@ -77,7 +77,7 @@ def _spec_and_variant(recipe):
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layout: str = "BHND",
               scale: float | None = None, key_padding_mask: torch.Tensor | None = None,
               exact_p: bool = False, promote: bool = True, stats: KernelStats | None = None,
-              config: dict | None = None, rope_segments=None) -> torch.Tensor:
+              config: dict | None = None, rope_segments=None, return_lse: bool = False):
     """Attention of q (B, H, Nq, D), k, v (B, H, Nk, D) (or B, N, H, D with layout="BNHD") under
     `recipe` (name, path, Recipe or AttentionSpec), on CUDA. Returns the output in q's layout and dtype.
 
@@ -89,6 +89,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     stats: filled with what was done about exactness (also kept in `last_stats`).
     rope_segments: the model's RoPE t/h/w split for the "half" rotation (as attend's; default the
         recipe's, else Wan's split of head_dim).
+    return_lse: also return each query row's log-sum-exp, fp32 (B, H, Nq) (or (B, Nq, H) for BNHD): the natural
+        log of the normaliser the kernel divided the row by, i.e. of Σ P̂ for PNQ recipes and Σ P̃ for direct
+        placement, with P̃ = exp(S − m) over the scores S = Q̂K̂ᵀ·scale (+ ΔS) as the kernel quantized them, plus
+        q·mean(K)·scale where K was smoothed: the reference engine's `AttentionDiagnostics.lse`. Returns
+        (out, lse).
     """
     spec, variant = _spec_and_variant(recipe)
     if layout not in ("BHND", "BNHD"):
@@ -120,8 +125,31 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     gluon = dispatch.gluon_runs(cfg, key_padding_mask is not None, promote, q.device)
     prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
                     gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
-    return _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
-                   promote, cfg, st)
+    lse = torch.empty((B * H, Nq), device=dev, dtype=torch.float32) if return_lse else None
+    out = _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
+                  promote, cfg, st, lse)
+    if not return_lse:
+        return out
+    lse = lse.view(B, H, Nq)
+    if variant == "sage" or spec.smooth_k:  # the pre-pass smoothed K (the sage2 pre-pass always does)
+        lse += smoothing_shift(q, k, layout, sm_scale)
+    return out, (lse.transpose(1, 2) if layout == "BNHD" else lse)
+
+
+def smoothing_shift(q: torch.Tensor, k: torch.Tensor, layout: str, sm_scale: float,
+                    max_elements: int = 1 << 26) -> torch.Tensor:
+    """q·mean(K)·scale per query row, fp32 (B, H, Nq): what subtracting K's mean over tokens took off every score
+    of the row, which the LSE adds back (the engine's `Operands.shift_lse`; a rotation shared by Q and K leaves
+    the product unchanged). The mean in fp64 (`prepass.token_mean64`), the products in fp32, query rows in chunks
+    of at most `max_elements` values."""
+    B, H, Nq, D = prepass._dims(q, layout)
+    kmean = prepass.token_mean64(k, layout).to(torch.float32).view(B, H, D, 1)
+    qb = q.transpose(1, 2) if layout == "BNHD" else q
+    shift = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+    rows = max(1, max_elements // max(1, B * H * D))
+    for r0 in range(0, Nq, rows):
+        shift[:, :, r0:r0 + rows] = torch.matmul(qb[:, :, r0:r0 + rows].to(torch.float32), kmean).squeeze(-1)
+    return shift.mul_(sm_scale)
 
 
 def _qk_fp8(cfg: dict, gluon: bool) -> bool:
@@ -150,9 +178,9 @@ def _mx_operands(q, k, v, spec, layout, exact_p, gluon, B, H, D):
     return qq, qs, kk, ks, vv, vs, fallback
 
 
-def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg):
+def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse=None):
     """The exact bf16 fallback of an MXFP4 call, after its E4M3 kernel: the gated pre-pass rewrites Q, K (and an
-    8-bit V) in bf16 into the same buffers, then the gated Triton kernel overwrites `out`; each launch returns at
+    8-bit V) in bf16 into the same buffers, then the gated Triton kernel overwrites `out` (and `lse`); each launch returns at
     once when no fold counted a block (the usual case: a few microseconds)."""
     qs, ks, vs = prepass.mx_prepass(fb["q"], fb["k"], fb["v"], fb["layout"], fb["spec"], counts=fb["counts"],
                                     qk_out=(fb["qbuf"], fb["kbuf"]), v_out=fb["vbuf"] if fb["v_again"] else None,
@@ -168,7 +196,7 @@ def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pr
     cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
     grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), P["qq"].shape[0])
     _attn(grid, P2, out, so, kpm, fb["counts"], skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg,
-          cfg["NUM_STAGES"], gated=True)
+          cfg["NUM_STAGES"], gated=True, lse=lse)
 
 
 def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
@@ -253,7 +281,9 @@ def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments
                 kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
 
 
-def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st):
+def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st, lse=None):
+    """The kernel on the pre-pass operands into a new output (and, given `lse` (B·H, Nq) fp32, the rows'
+    log-sum-exp into it, as the kernel scaled the scores)."""
     global last_stats
     out = torch.empty_like(q)
     if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
@@ -271,7 +301,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
                         defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
-                        work_loop=cfg.get("WORK_LOOP", False))
+                        work_loop=cfg.get("WORK_LOOP", False), lse=lse)
         st.kernel = "gluon"
     else:
         st.kernel = "triton"
@@ -279,25 +309,28 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         if P["vv"].element_size() > 1:  # exact_p's bf16 V: as the fallback's tiles (`_run_fallback`)
             tcfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
         grid = (triton.cdiv(Nq, tcfg["BLOCK_M"]), B * H)
-        _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, tcfg, tcfg["NUM_STAGES"])
+        _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, tcfg, tcfg["NUM_STAGES"],
+              lse=lse)
     if fb is not None:
-        _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg)
+        _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse)
     st._counts = fb["counts"] if fb is not None else None
     st._exact_p = fb is not None and not fb["v_again"]
     last_stats = st
     return out
 
 
-def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages, gated=False):
+def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages, gated=False,
+          lse=None):
     attn_fwd[grid](
-        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad, P["kf"], P["qm"], P["hv"],
+        P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad,
+        _placeholder(out.device, torch.float32) if lse is None else lse, P["kf"], P["qm"], P["hv"],
         *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,
         P["skf"], P["sqm"], 1.0 / math.sqrt(D),
         MODE=P["mode"], HEAD_DIM=D, HAS_KPM=has_kpm, PNQ=P["pnq"], P_FP8=P["p_fp8"],
         RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], P_SHIFT=P["p_shift"], PROMOTE=promote, PQ=cfg.get("PQ", True),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=BLOCK_N, NUM_STAGES=stages, num_warps=cfg["num_warps"],
         PLEV=P["plev"], SMQ=P["smq"], ROTV=P["rotv"], PROW=P.get("prow", False), PIPE=cfg.get("PIPE", False),
-        GATED=gated,
+        GATED=gated, WRITE_LSE=lse is not None,
     )
 
 

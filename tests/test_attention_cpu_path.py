@@ -154,7 +154,7 @@ def test_draft_recipes_match_the_engine(recipe, geometry):
     v[..., 2] *= 20.0
     spec = load_recipe(recipe).attention.draft
     ref, _ = draft_attention(q, k, v, spec, geometry)
-    out = cpu_draft_attention(q, k, v, spec, geometry)
+    out, _ = cpu_draft_attention(q, k, v, spec, geometry)
     assert_close_to_engine(out, ref, v)
 
 
@@ -187,7 +187,7 @@ def test_attend_draft_uses_the_cpu_path():
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 2, geometry.tokens, 64, generator=g) for _ in range(3))
     spec = load_recipe("draftattention2").attention.draft
-    want = cpu_draft_attention(q, k, v, spec, geometry).to(q.dtype)
+    want = cpu_draft_attention(q, k, v, spec, geometry)[0].to(q.dtype)
     assert torch.equal(attend(q, k, v, "draftattention2", geometry=geometry), want)
     engine, _ = draft_attention(q, k, v, spec, geometry)
     assert torch.equal(attend(q, k, v, "draftattention2", geometry=geometry, backend="reference"), engine.to(q.dtype))

@@ -106,7 +106,7 @@ def _engine_packed(q, k, v, codes, lay, P, scale):
     from lowbit_video.attention.draft_exec import run_phases
 
     qd, kd, vd = (t.double().cpu() for t in (q, k, v))
-    out, _, _ = run_phases(lay.pack(qd[..., P:, :]), lay.pack(kd[..., P:, :]), lay.pack(vd[..., P:, :]), codes.cpu(),
+    out, _, _, _ = run_phases(lay.pack(qd[..., P:, :]), lay.pack(kd[..., P:, :]), lay.pack(vd[..., P:, :]), codes.cpu(),
                            lay, scale=scale, prefix_k=kd[..., :P, :], prefix_v=vd[..., :P, :])
     return lay.unpack(out)
 

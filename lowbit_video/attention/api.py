@@ -54,7 +54,8 @@ def attend(
             quantized or draft recipe through the Triton kernels (lowbit_video.kernels) when the
             tensors are on CUDA and the dispatch table has a kernel for the recipe (MXFP4 family,
             sage2-int8, INT4, NVFP4; draft recipes with fp16/bf16 tensors and 64-token blocks; not
-            with return_diagnostics / return_lse), through the CPU path when the tensors are not on
+            with return_diagnostics; with return_lse the unquantized recipe too, on fp16/bf16
+            tensors, through the 16-bit kernel), through the CPU path when the tensors are not on
             CUDA (cpu_path.py, draft_cpu.py: the engine's numbers vectorised in float32, within the
             tolerance stated there), and otherwise through the exact engine (the reference engine,
             or the draft engine for draft recipes); "cpu" forces the CPU path on any device;
@@ -69,9 +70,12 @@ def attend(
             by the others.
         return_lse: also return the log-sum-exp of each query row's scores, float32, (B, H, Nq)
             for BHND and (B, Nq, H) for BNHD: what ring attention (context parallelism) needs to
-            merge outputs over key chunks. Quantized recipes: the engine's own normalizer (for PNQ,
-            of the quantized P̂). Unquantized SDPA: computed separately by torch ops in float32.
-            Not available for draft recipes.
+            merge outputs over key chunks: the natural log of the normaliser the recipe divided
+            the row by, as the engine defines it (AttentionDiagnostics.lse): m + log ℓ with ℓ the
+            sum of the quantized P̂ for PNQ recipes and of P̃ for direct placement (draft recipes:
+            P̃ over the kept blocks), plus q·mean(K)·scale where K is smoothed. The kernels write
+            it from their epilogue; the CPU path and the engines compute the same; unquantized
+            SDPA (not fp16/bf16, or no kernel) by torch ops in float32.
 
     Returns the output in q's layout and dtype; with return_diagnostics, (out, diagnostics); with
     return_lse, (out, lse); with both, (out, diagnostics, lse).
@@ -86,12 +90,15 @@ def attend(
     _check_recipe_fits(spec, q.shape[-1])
     # the row, cached per spec; traced afresh under torch.compile (dynamo does not honour lru caches, and warns)
     row = (dispatch.variant_of.__wrapped__ if torch.compiler.is_compiling() else dispatch.variant_of)(spec)
-    if return_lse and row.no_lse:
-        raise ShapeError(f"return_lse is not available for {row.name} recipes ({row.no_lse})")
     lse = None
     fast = backend == "auto" and not return_diagnostics
 
-    if fast and row.exact:
+    if fast and return_lse and dispatch.kernel_runs(spec, q, k, geometry, return_lse=True):
+        # ring attention's call: the kernel with the LSE its epilogue writes (eagerly, outside the custom op)
+        out, lse = dispatch.run_kernel(spec, q, k, v, scale=scale, rope_segments=rope_segments, geometry=geometry,
+                                       return_lse=True)
+        diag = None
+    elif fast and row.exact:
         if not q.is_cuda:
             check_finite(q, k, v)
         out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None

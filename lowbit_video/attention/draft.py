@@ -116,13 +116,17 @@ def draft_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     p = geometry.prefix if geometry is not None else 0
     layout, (qv, kv, vv), scores, quotas, codes = plan_route(q, k, v, spec, geometry, scale=scale)
-    out_packed, row_sums_packed, errors = run_phases(
+    out_packed, row_sums_packed, lse_packed, errors = run_phases(
         qv, kv, vv, codes, layout, scale=scale, prefix_k=k[..., :p, :], prefix_v=v[..., :p, :]
     )
 
     # Prefix queries attend to everything, densely, at 16 bit.
-    prefix_out = torch.softmax((q[..., :p, :] @ k.transpose(-1, -2)) * scale, dim=-1) @ v
+    prefix_s = (q[..., :p, :] @ k.transpose(-1, -2)) * scale
+    prefix_out = torch.softmax(prefix_s, dim=-1) @ v
     out = torch.cat([prefix_out, layout.unpack(out_packed)], dim=-2)
+    # LSE: the normaliser each row was divided by (video rows: ℓ of the pre-conversion P̃ over the kept blocks)
+    video_lse = layout.unpack(lse_packed.unsqueeze(-1)).squeeze(-1)
+    lse = torch.cat([torch.logsumexp(prefix_s, dim=-1), video_lse], dim=-1)
     row_sums = torch.cat(
         [torch.ones(q.shape[:-2] + (p,), dtype=q.dtype, device=q.device), layout.unpack(row_sums_packed.unsqueeze(-1)).squeeze(-1)],
         dim=-1,
@@ -130,4 +134,4 @@ def draft_attention(
     for name in "qkvp":
         errors[name] = max((e for key, e in errors.items() if key.startswith(name + "_")), default=0.0)
     route = DraftRoute(codes, quotas, budget_fractions(spec), scores, layout)
-    return out, DraftDiagnostics(row_sums=row_sums, quant_rel_l2=errors, route=route)
+    return out, DraftDiagnostics(row_sums=row_sums, quant_rel_l2=errors, lse=lse, route=route)

@@ -34,8 +34,9 @@ def cpu_draft_attention(
     geometry: VideoGeometry | None,
     *,
     scale: float | None = None,
-) -> torch.Tensor:
-    """DraftAttention2 self-attention of BHND q, k, v laid out as `geometry`; float64 output."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DraftAttention2 self-attention of BHND q, k, v laid out as `geometry`: float64 output and the rows'
+    log-sum-exp, float32 (B, H, N), the engine's (m + log ℓ; −inf for a row that kept nothing)."""
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     layout, (qv, kv, vv), _, _, codes = plan_route(q, k, v, spec, geometry, scale=scale)
@@ -100,9 +101,16 @@ def cpu_draft_attention(
 
     kept = ell > 0
     out = torch.where(kept.unsqueeze(-1), acc / torch.where(kept, ell, torch.ones_like(ell)).unsqueeze(-1), 0.0)
-    out_packed = out.to(torch.float64).unflatten(0, (bh_n, regions)).flatten(1, 2).unflatten(0, lead)
-    video = layout.unpack(out_packed)
+    lse = torch.where(kept, m_ref + torch.log(torch.where(kept, ell, torch.ones_like(ell))), -math.inf)
+
+    def packed(x: torch.Tensor) -> torch.Tensor:  # (BH·R, blk, ·) -> (..., R·blk, ·)
+        return x.unflatten(0, (bh_n, regions)).flatten(1, 2).unflatten(0, lead)
+
+    video = layout.unpack(packed(out.to(torch.float64)))
+    video_lse = layout.unpack(packed(lse).unsqueeze(-1)).squeeze(-1)
     if not p:
-        return video
-    prefix_out = torch.softmax((q[..., :p, :] @ k.transpose(-1, -2)) * scale, dim=-1) @ v
-    return torch.cat([prefix_out, video], dim=-2)
+        return video, video_lse
+    prefix_s = (q[..., :p, :] @ k.transpose(-1, -2)) * scale
+    prefix_out = torch.softmax(prefix_s, dim=-1) @ v
+    prefix_lse = torch.logsumexp(prefix_s, dim=-1).to(torch.float32)
+    return torch.cat([prefix_out, video], dim=-2), torch.cat([prefix_lse, video_lse], dim=-1)

@@ -139,14 +139,15 @@ class OnlineSoftmax:
         self.p_err2[precision] = self.p_err2.get(precision, 0.0) + float(((p_hat - p) ** 2).sum())
         self.p_norm2[precision] = self.p_norm2.get(precision, 0.0) + float((p**2).sum())
 
-    def output(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(O, row sums of the applied weights) as (B, H, R·block, ·), normalised once; rows that
-        kept nothing give 0."""
+    def output(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(O, row sums of the applied weights, LSE) as (B, H, R·block, ·), normalised once; rows that
+        kept nothing give 0 (LSE −inf). LSE = m + log ℓ: the normaliser O was divided by."""
         kept = self.ell > 0
         denom = torch.where(kept, self.ell, torch.ones_like(self.ell))
         out = torch.where(kept, self.acc / denom, torch.zeros_like(self.acc))
         row_sums = torch.where(kept, self.ell_applied / denom, torch.zeros_like(self.ell))
-        return out.flatten(2, 3), row_sums.squeeze(-1).flatten(2, 3)
+        lse = torch.where(kept, self.m + torch.log(denom), torch.full_like(self.m, -math.inf))
+        return out.flatten(2, 3), row_sums.squeeze(-1).flatten(2, 3), lse.squeeze(-1).flatten(2, 3)
 
 
 def run_phases(
@@ -159,11 +160,11 @@ def run_phases(
     scale: float,
     prefix_k: torch.Tensor,
     prefix_v: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, float]]:
     """Attention of packed video queries q (B, H, R·block, D) over packed video keys k, v under the
     precision `codes` (B, H, R, R), plus every prefix key at 16 bit (outside the budget, §C.1).
 
-    Returns the packed output, the row sums of the applied weights, and operand errors.
+    Returns the packed output, the row sums of the applied weights, the rows' LSE, and operand errors.
     """
     block, regions = layout.block, layout.regions
     in_use = [p for p in PHASES if bool((codes == p).any())]
@@ -189,7 +190,7 @@ def run_phases(
         s = (q.unflatten(-2, (regions, block)) @ prefix_k.transpose(-1, -2).unsqueeze(2)) * scale
         state.step(everyone, s, torch.ones_like(s, dtype=torch.bool), prefix_v, _identity, 16)
 
-    out, row_sums = state.output()
+    out, row_sums, lse = state.output()
     errors: dict[str, float] = {}
     for precision in in_use:
         errors.update(ops[precision].errors)
@@ -197,7 +198,7 @@ def run_phases(
             name = "p_fp8" if precision == 8 else "p_nvfp4"
             norm2 = state.p_norm2.get(precision, 0.0)
             errors[name] = math.sqrt(state.p_err2[precision] / norm2) if norm2 > 0 else 0.0
-    return out, row_sums, errors
+    return out, row_sums, lse, errors
 
 
 def empty_query_regions(codes: torch.Tensor) -> torch.Tensor:

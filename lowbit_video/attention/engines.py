@@ -3,7 +3,7 @@ NaN/Inf check every one of them runs first.
 
 `attend` (api.py) calls them for diagnostics, log-sum-exp and forced backends; the custom op (custom_op.py) calls
 them where no kernel takes a call. Each returns the engine's output (float64 for the engines, float32 for the CPU
-paths) and what the engine measured: the engines their diagnostics, the CPU paths the log-sum-exp or None.
+paths) and what the engine measured: the engines their diagnostics, the CPU paths the log-sum-exp.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def _cpu_path(q, k, v, spec, *, scale, rope_segments, geometry):
 def _cpu_draft(q, k, v, spec, *, scale, rope_segments, geometry):
     from .draft_cpu import cpu_draft_attention
 
-    return cpu_draft_attention(q, k, v, spec.draft, geometry, scale=scale), None
+    return cpu_draft_attention(q, k, v, spec.draft, geometry, scale=scale)
 
 
-# the CPU paths of the same engines: (output, LSE or None)
+# the CPU paths of the same engines: (output, LSE)
 CPU_PATHS = {"reference": _cpu_path, "draft": _cpu_draft}
 
 __all__ = ["CPU_PATHS", "ENGINES", "check_finite"]

@@ -10,7 +10,8 @@
   (processors.py) hand their query/key/value shard to `_templated_context_parallel_attention` with
   the recipe as its forward op. Ulysses (all-to-all over heads): the op sees every token of
   heads/K heads, so the recipe runs unchanged. Ring (key/value chunks): the op returns (out, lse)
-  and diffusers merges chunks; the quantized result then differs from one process by quantization
+  (on CUDA the recipe's kernel, whose epilogue writes the LSE; the engine only where no kernel
+  takes the call) and diffusers merges chunks; the quantized result then differs from one process by quantization
   noise (a chunk's P̃ tiles are scaled by its own running max, not the global one).
 * Order: parallelism is enabled on the model as loaded (diffusers' processors and their backend
   must support context parallelism: the default `native` does), before any recipe is installed;

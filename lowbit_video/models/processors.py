@@ -278,6 +278,8 @@ class _RecipeProcessorMixin:
                 return attend(q, k, v, _dense_recipe(), layout="BNHD", scale=scale, return_lse=return_lse)
             if not return_lse:
                 return proc._attend(q, k, v, attention_type=attention_type, text_tokens=0)
+            # ring: the recipe's kernel with the LSE its epilogue writes (on CUDA), merged by diffusers
+            proc._count_engine(q, k, None, attention_type)
             return attend(q, k, v, proc.ctx.recipe, layout="BNHD", scale=scale, rope_segments=proc.rope_segments,
                           return_lse=True)
 
