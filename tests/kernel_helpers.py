@@ -97,6 +97,17 @@ def make_qkv(b, h, nq, nk, d, *, outliers: bool, seed: int = 0, dtype=torch.bflo
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
+def ring_merge(parts):
+    """diffusers' TemplatedRingAttention merge of (out BHND, lse BHN) pairs over key chunks, in float64: returns
+    the merged (out, lse)."""
+    out, lse = parts[0][0].double(), parts[0][1].double().unsqueeze(-1)
+    for o, l in parts[1:]:
+        o, l = o.double(), l.double().unsqueeze(-1)
+        out = out - torch.sigmoid(l - lse) * (out - o)
+        lse = lse - torch.nn.functional.logsigmoid(lse - l)
+    return out, lse.squeeze(-1)
+
+
 def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t.transpose(1, 2).contiguous() if layout == "BNHD" else t
 

@@ -15,6 +15,7 @@ from lowbit_video.attention.reference import reference_attention
 from lowbit_video.errors import UserError
 from lowbit_video.recipes import load_recipe
 
+from kernel_helpers import ring_merge
 from test_generate import PROMPTS, FakeRegistry  # noqa: F401  (the fake model of the generate tests)
 
 PINNED = [1, 0, 1, 0, 1, 0]
@@ -152,16 +153,6 @@ def test_reference_lse_is_logsumexp_of_the_scores():
     assert lse3.shape == (1, 2, 70) and diag.row_sums.shape == (1, 2, 70)
 
 
-def _ring_merge(parts):
-    """diffusers' TemplatedRingAttention merge of (out BHND, lse BHN) pairs over key chunks."""
-    out, lse = parts[0][0].double(), parts[0][1].double().unsqueeze(-1)
-    for o, l in parts[1:]:
-        o, l = o.double(), l.double().unsqueeze(-1)
-        out = out - torch.sigmoid(l - lse) * (out - o)
-        lse = lse - torch.nn.functional.logsigmoid(lse - l)
-    return out
-
-
 @pytest.mark.parametrize("recipe", ["fp16", "mxattention", "sage2-int8"])
 def test_ring_merge_of_key_chunks_matches_one_pass(recipe):
     """Attention over two key chunks, merged by their LSE as ring attention does, against one pass.
@@ -174,7 +165,7 @@ def test_ring_merge_of_key_chunks_matches_one_pass(recipe):
     for c in (slice(0, 32), slice(32, 64)):
         o, diag = reference_attention(q, k[..., c, :], v[..., c, :], load_recipe(recipe).attention)
         parts.append((o, diag.lse))
-    merged = _ring_merge(parts)
+    merged, _ = ring_merge(parts)
     exact = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(32), -1) @ v
     err_merge = float((merged - full).abs().max())
     err_recipe = float((full - exact).abs().max())
