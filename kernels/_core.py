@@ -26,7 +26,6 @@ import triton.language as tl
 RULE_IDS = {"ocp": 0, "tfs": 1, "uos": 2}
 MODE_DENSE, MODE_MX, MODE_SAGE, MODE_INT4, MODE_NVFP4 = 0, 1, 2, 3, 4
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 @triton.jit
@@ -37,7 +36,7 @@ def row_lse(m_log2, l, shift):
     logarithm of the normaliser the output was divided by, so ring attention's merge by exp(lse) weighs each key
     chunk by the mass it applied (for PNQ recipes Σ P̂, for direct placement Σ P̃; the engine's `lse`).
     Rows with no key (l = 0) get −inf."""
-    return tl.where(l > 0, (m_log2 - shift + tl.log2(tl.where(l > 0, l, 1.0))) * LN2, float("-inf"))
+    return tl.where(l > 0, (m_log2 - shift + tl.log2(tl.where(l > 0, l, 1.0))) * 0.6931471805599453, float("-inf"))
 
 
 @triton.jit
