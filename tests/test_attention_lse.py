@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lowbit_video.attention import attend, exact_attention
-from lowbit_video.attention import api
+from lowbit_video.attention import api, engines
 from lowbit_video.draft.layout import VideoGeometry
 from lowbit_video.kernels import dispatch
 from lowbit_video.recipes import recipe_from_dict
@@ -151,8 +151,9 @@ def test_attend_return_lse_takes_the_kernel_path(monkeypatch, recipe):
 
     monkeypatch.setattr(dispatch, "kernel_runs", lambda spec, q, k, geometry=None, return_lse=False: True)
     monkeypatch.setattr(dispatch, "run_kernel", run_kernel)
-    monkeypatch.setattr(api, "_ENGINES", {"reference": refuse, "draft": refuse})
-    monkeypatch.setattr(api, "_CPU_PATHS", {"reference": refuse, "draft": refuse})
+    for module in (api, engines):
+        monkeypatch.setattr(module, "ENGINES", {"reference": refuse, "draft": refuse})
+        monkeypatch.setattr(module, "CPU_PATHS", {"reference": refuse, "draft": refuse})
     geometry = VideoGeometry(1, 8, 8, 0)
     q = torch.randn(1, geometry.tokens, 2, 64)  # BNHD
     out, lse = attend(q, q, q, recipe, layout="BNHD", geometry=geometry, return_lse=True)
