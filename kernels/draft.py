@@ -120,36 +120,35 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
             pv = bhnd(v)[:, :, :P, :].reshape(B * H, P, D).contiguous()
         else:
             pk = pv = None
-        lse = None
-        if _gluon_runs(cfg, dev) and not return_lse:
+        # the rows' log-sum-exp, (B, H, N) in token order: the kernel's for the video rows, the dense kernel's for
+        # the prefix rows
+        lse = torch.empty((B, H, geometry.tokens), device=dev, dtype=torch.float32) if return_lse else None
+        if _gluon_runs(cfg, dev):
             # video rows written in token order and the input dtype by the kernel itself
             out = torch.empty(q.shape, dtype=q.dtype, device=dev)
             ob = bhnd(out)
             draft_ws.launch(pre, plan, counts, gather32, pk, pv, ob, ob.stride(), H, P, sm_scale * LOG2E,
-                            -math.log2(P_FP8_SCALE), stages=cfg["NUM_STAGES"])
+                            -math.log2(P_FP8_SCALE), stages=cfg["NUM_STAGES"], lse=lse)
         else:
-            # (return_lse: the Triton kernel, whose epilogue writes it; the Gluon kernel does not yet)
             o = torch.empty((B * H, S, D), device=dev, dtype=torch.float32)
-            lse = torch.empty((B * H, S), device=dev, dtype=torch.float32) if return_lse else None
+            packed_lse = torch.empty((B * H, S), device=dev, dtype=torch.float32) if return_lse else o
             draft_fwd[(R, B * H)](
                 pre["q16"], pre["k16"], pre["v16"], pre["q8"], pre["k8"], pre["v8t"], pre["qs8"],
                 pre["ks8"].repeat_interleave(blk, dim=1).contiguous(), pre["vs8"], pre["q4"], pre["k4"],
                 pre["v4t"], pre["s4"], valid, plan.idx, plan.cnt, pre["k16"] if pk is None else pk,
-                pre["v16"] if pv is None else pv, o, o if lse is None else lse, R, S, plan.idx.shape[-1], P,
-                sm_scale * LOG2E, P_FP8_SCALE, HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE),
-                PROMOTE=cfg["PROMOTE"], NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED,
-                WRITE_LSE=return_lse)
+                pre["v16"] if pv is None else pv, o, packed_lse, R, S, plan.idx.shape[-1], P, sm_scale * LOG2E,
+                P_FP8_SCALE, HEAD_DIM=D, BLOCK=blk, P8_SHIFT=-math.log2(P_FP8_SCALE), PROMOTE=cfg["PROMOTE"],
+                NUM_STAGES=cfg["NUM_STAGES"], num_warps=cfg["num_warps"], RNE_P=_INTERPRETED, WRITE_LSE=return_lse)
             out = torch.empty(q.shape, dtype=q.dtype, device=dev)
             ob = bhnd(out)
             ob[:, :, P:] = o.view(B, H, S, D).index_select(2, inverse).to(q.dtype)
             if return_lse:
-                lse = lse.view(B, H, S).index_select(2, inverse)
+                lse[:, :, P:] = packed_lse.view(B, H, S).index_select(2, inverse)
         if P:
             qb = bhnd(q)
             if return_lse:  # the dense kernel, for its LSE
-                ob[:, :, :P], pre_lse = attention(qb[:, :, :P], bhnd(k), bhnd(v), attention_spec("fp16"),
-                                                  scale=sm_scale, return_lse=True)
-                lse = torch.cat([pre_lse, lse], dim=2)
+                ob[:, :, :P], lse[:, :, :P] = attention(qb[:, :, :P], bhnd(k), bhnd(v), attention_spec("fp16"),
+                                                        scale=sm_scale, return_lse=True)
             else:
                 ob[:, :, :P] = torch.nn.functional.scaled_dot_product_attention(qb[:, :, :P], bhnd(k), bhnd(v),
                                                                                  scale=sm_scale)
