@@ -84,7 +84,7 @@ def compile_triton(mode: int, over: dict):
 
     names = attn_fwd.arg_names
     ptr = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": "*bf16", "QS": "*i32", "KS": "*i32", "VS": "*i32",
-           "KPM": "*i8", "BAD": "*i32", "KF": "*fp32", "QM": "*fp32", "HV": "*fp32"}
+           "KPM": "*i8", "BAD": "*i32", "KF": "*fp32", "QM": "*fp32", "HV": "*fp32", "LSE": "*fp32"}
     qk_fp8 = over.pop("QK", "") == "fp8"  # the INT4 codes of Q and K as E4M3 (config QK_FP8)
     if mode == 2:
         ptr.update(Q="*i8", K="*i8", QS="*fp32", KS="*fp32", VS="*fp32")
@@ -153,7 +153,7 @@ def compile_gluon(mode: int, over: dict):
                        else _descriptor_type([128, D], lay([128, D], qk), tq)),
            "ds_desc": (_descriptor_type([1, 128], KS_LAYOUT, "torch.float32") if mode == 3 and const["SMQ"] == 2
                        else _descriptor_type([128, D], lay([128, D], qk), tq)),
-           "BAD": "*i32", "c": "fp32", "P_SHIFT": "fp32"}
+           "BAD": "*i32", "LSE": "*fp32", "c": "fp32", "P_SHIFT": "fp32"}
     names = attn_ws_fwd.arg_names
     for n in names:
         sig.setdefault(n, "constexpr" if n in const else "i32")
@@ -259,13 +259,20 @@ def main(argv=None) -> int:
                                  epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kernel", choices=("triton", "gluon", "draft"),
                     help="kernels/_core.py attn_fwd, kernels/gluon_ws.py attn_ws_fwd or kernels/draft_ws.py draft_ws_fwd")
-    ap.add_argument("mode", type=int, nargs="?", choices=(0, 1, 2, 3, 4),
+    ap.add_argument("mode", nargs="?",
                     help="0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4 (triton and gluon; draft has none)")
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="constexpr overrides (e.g. PQ=False NUM_STAGES=3), num_warps=N, maxnreg=N (Triton), "
                          "D=64 / STAGES=3 (Gluon), QK=fp8 (INT4 Q/K codes as E4M3)")
     ap.add_argument("--cubin", default="/tmp/sass_key_loop.cubin", help="where to write the compiled cubin")
     args = ap.parse_args(argv)
+    if args.mode is not None and "=" in args.mode:  # the draft kernel has no mode: its first setting landed here
+        args.settings.insert(0, args.mode)
+        args.mode = None
+    if args.mode is not None:
+        if args.mode not in ("0", "1", "2", "3", "4"):
+            ap.error(f"mode is one of 0, 1, 2, 3, 4, got {args.mode!r}")
+        args.mode = int(args.mode)
     over = {}
     for item in args.settings:
         key, sep, raw = item.partition("=")
