@@ -12,10 +12,10 @@ that every run is generated and timed rather than skipped), with the child's out
 2. context parallelism: one prompt and seed (--cp-prompt, default the grid's first prompt and seed) with each
    --cp-recipe, in one process and under torchrun with `--context-parallel MODE --cp-degree N` for each
    --cp-mode. Per recipe: the transformer time per denoising step from meta.json's timings (the mean over
-   the steps, leaving out the first step and the first quantized step, which absorb one-time costs:
-   benchmarks/generate_report.py's "mean step"), the speed-up over one process, and the frames against the
-   one-process run (bit-equal or not, the largest absolute difference in uint8 levels, PSNR in dB with
-   lowbit_video.metrics.paired.psnr, which scores identical frames at its finite cap). Ulysses should be
+   the steps, leaving out the first step and the first quantized step, which absorb one-time costs, unless no
+   other step is left: benchmarks/generate_report.py's "mean step"), the speed-up over one process, and the
+   frames against the one-process run (bit-equal or not, the largest absolute difference in uint8 levels, PSNR
+   in dB with lowbit_video.metrics.paired.psnr, which scores identical frames at its finite cap). Ulysses should be
    bit-equal; ring differs by float rounding (fp16) or by the recipe's own quantization noise.
 
 Devices: --device cuda runs one GPU per rank with NCCL (the child environment sets NCCL_NVLS_ENABLE=0: NVLink
@@ -154,8 +154,9 @@ def markdown(report: dict) -> str:
     if "context_parallel" in report:
         c = report["context_parallel"]
         parts += ["## Context parallelism", "",
-                  "Step: transformer seconds per denoising step from meta.json (mean over the steps after the first "
-                  "and the first quantized one). PSNR of identical frames is the metric's finite cap.", "",
+                  "Step: transformer seconds per denoising step from meta.json, the mean over the steps after the first "
+                  "and the first quantized one (over every step when no other is left). PSNR of identical frames is "
+                  "the metric's finite cap.", "",
                   "```bash", *c["commands"], "```", "", cp_table(c["rows"], c["wall_s"]), ""]
     return "\n".join(parts)
 
