@@ -48,8 +48,11 @@ smoke: install
 	test -s $(SMOKE_OUT)/compare.md && test -s $(SMOKE_OUT)/table3.md && test -s $(SMOKE_OUT)/table3.json
 	@echo "smoke: ok ($(SMOKE_OUT)/compare.md, $(SMOKE_OUT)/plots, $(SMOKE_OUT)/table3.md)"
 
+# Two workers, one test file each at a time (--dist loadfile: a file's fixtures and run folders stay in one
+# process): 10 min 50 s instead of 14 min on 2 cores. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
