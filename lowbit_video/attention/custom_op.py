@@ -8,6 +8,7 @@ numbers, strings and lists), the softmax scale, the model's RoPE split and the v
 width, prefix) of draft recipes. Inside it the dispatch table decides per call, as `attend` always has: the
 recipe's kernel where one takes the call (`dispatch.kernel_runs`), else the CPU path for CPU tensors or the exact
 engine on a GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged).
+Eager calls run that same function (`run_recipe`) without the op's dispatch (`recipe_attention`).
 
 Its fake implementation, which compilers trace instead of the kernels, is `torch.empty_like(q)`: the output has q's
 shape, dtype and strides. The real implementation keeps that promise: a kernel writes into `empty_like(q)`, any other
@@ -79,14 +80,10 @@ def spec_from_key(key: str) -> AttentionSpec:
 # --------------------------------------------------------------------------------------------------------- the op
 
 
-# the schema written out (not inferred from the annotations, whose inference differs across torch releases)
-@torch.library.custom_op(OP_NAME, mutates_args=(), schema="(Tensor q, Tensor k, Tensor v, str spec, float? scale, "
-                         "SymInt[]? rope_segments, SymInt[]? geometry) -> Tensor")
-def _recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: str, scale: float | None,
-                      rope_segments: list[int] | None, geometry: list[int] | None) -> torch.Tensor:
-    recipe = spec_from_key(spec)
-    rope = tuple(rope_segments) if rope_segments else None
-    grid = VideoGeometry(*geometry) if geometry else None
+def run_recipe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: AttentionSpec, scale: float | None,
+               rope: tuple[int, ...] | None, grid: VideoGeometry | None) -> torch.Tensor:
+    """What the op computes: the recipe's kernel where one takes the call, else the CPU path or the engine (after the
+    NaN/Inf check); the result in the layout of `torch.empty_like(q)`."""
     if dispatch.kernel_runs(recipe, q, k, grid):
         out = dispatch.run_kernel(recipe, q, k, v, scale=scale, rope_segments=rope, geometry=grid)
     else:
@@ -98,6 +95,15 @@ def _recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: s
         else:
             out = CPU_PATHS[engine](q, k, v, recipe, scale=scale, rope_segments=rope, geometry=grid)[0]
     return _like(q, out.to(q.dtype))
+
+
+# the schema written out (not inferred from the annotations, whose inference differs across torch releases)
+@torch.library.custom_op(OP_NAME, mutates_args=(), schema="(Tensor q, Tensor k, Tensor v, str spec, float? scale, "
+                         "SymInt[]? rope_segments, SymInt[]? geometry) -> Tensor")
+def _recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: str, scale: float | None,
+                      rope_segments: list[int] | None, geometry: list[int] | None) -> torch.Tensor:
+    return run_recipe(q, k, v, spec_from_key(spec), scale, tuple(rope_segments) if rope_segments else None,
+                      VideoGeometry(*geometry) if geometry else None)
 
 
 @_recipe_attention.register_fake
@@ -115,10 +121,16 @@ def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec, *,
                      scale: float | None = None, rope_segments=None,
                      geometry: VideoGeometry | None = None) -> torch.Tensor:
-    """Attention of BHND q, k, v under `spec` through the custom op (the caller checked shapes and recipe)."""
+    """Attention of BHND q, k, v under `spec` (the caller checked shapes and recipe): through the custom op while
+    torch.compile traces, directly otherwise. Both run `run_recipe`; an eager call skips the op's dispatch and its
+    output-aliasing check, host time that showed at short sequences (the GPU waits for the launches), and a CUDA
+    graph captured eagerly records the same launches."""
+    if not torch.compiler.is_compiling():
+        return run_recipe(q, k, v, spec, None if scale is None else float(scale),
+                          tuple(rope_segments) if rope_segments else None, geometry)
     grid = [geometry.frames, geometry.height, geometry.width, geometry.prefix] if geometry is not None else None
     return torch.ops.lowbit_video.recipe_attention(q, k, v, spec_key(spec), None if scale is None else float(scale),
                                                    list(rope_segments) if rope_segments else None, grid)
 
 
-__all__ = ["OP_NAME", "recipe_attention", "spec_from_key", "spec_key"]
+__all__ = ["OP_NAME", "recipe_attention", "run_recipe", "spec_from_key", "spec_key"]
