@@ -28,9 +28,6 @@ import triton.language as tl
 
 from ._rounding import e4m3_rne_f64, nvfp4_rows_exact
 
-ROWS = 16  # Q/K rows per slice of a region block
-CHANNELS = 32  # V channels per slice
-
 
 @triton.jit
 def _int_rne_exact(x, s, QMAX: tl.constexpr):
@@ -50,13 +47,11 @@ def _int_rne_exact(x, s, QMAX: tl.constexpr):
 
 
 @triton.jit
-def _region_rows(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, r0,
-                 D: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr):
-    """Rows r0 .. r0 + ROWS of one region block (padding slots read as 0): the values (ROWS, D), which are real
-    tokens, their packed slots and the channel indices."""
+def _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh,
+                 D: tl.constexpr, BLOCK: tl.constexpr):
     b = pid_bh // H
     h = pid_bh % H
-    slots = pid_r * BLOCK + r0 + tl.arange(0, ROWS)
+    slots = pid_r * BLOCK + tl.arange(0, BLOCK)
     tok = tl.load(GATHER + slots)
     real = tok >= 0
     cols = tl.arange(0, D)
@@ -67,71 +62,44 @@ def _region_rows(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, r0
 
 @triton.jit
 def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PMEAN, PMAX, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
-                     D: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr):
-    """One (region block, b·h): packed 16-bit copy, INT8 per block, NVFP4 along head_dim, pooled mean/max.
-    The block is walked twice in slices of ROWS rows (the second walk reads it from cache): the statistics (sum,
-    maximum, |x| maximum) first, then the codes, which need the block's INT8 scale. A slice at a time keeps the
-    fp64 work in registers (a whole 64 × 128 block in fp64 spilled, and held one program per multiprocessor)."""
+                     D: tl.constexpr, BLOCK: tl.constexpr):
+    """One (region block, b·h): packed 16-bit copy, INT8 per block, NVFP4 along head_dim, pooled mean/max."""
     pid_r = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    base = pid_bh.to(tl.int64) * (R * BLOCK * D)
-    cols = tl.arange(0, D)
-    total = tl.zeros((D,), tl.float64)
-    peak = tl.full((D,), float("-inf"), tl.float32)
-    amax = tl.zeros((D,), tl.float32)
-    count = 0.0
-    for r0 in tl.static_range(0, BLOCK, ROWS):
-        x, real, slots, cols = _region_rows(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, r0,
-                                            D, BLOCK, ROWS)
-        tl.store(X16 + base + slots[:, None] * D + cols[None, :], x)
-        xf = x.to(tl.float32)  # exact: 16-bit inputs
-        # pooled draft descriptors (padding never enters a mean or a maximum); the fp64 sum is exact in any order
-        total += tl.sum(xf.to(tl.float64), axis=0)
-        peak = tl.maximum(peak, tl.max(tl.where(real[:, None], xf, float("-inf")), axis=0))
-        amax = tl.maximum(amax, tl.max(tl.abs(xf), axis=0))
-        count += tl.sum(real.to(tl.float32), axis=0)  # <= BLOCK: exact
+    x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
+    out = pid_bh.to(tl.int64) * (R * BLOCK * D) + slots[:, None] * D + cols[None, :]
+    tl.store(X16 + out, x)
+    xf = x.to(tl.float32)  # exact: 16-bit inputs
+    # pooled draft descriptors (padding never enters a mean or a maximum)
+    count = tl.sum(real.to(tl.float64), axis=0)
     pool = pid_bh.to(tl.int64) * (R * D) + pid_r * D + cols
-    tl.store(PMEAN + pool, total / count.to(tl.float64))
-    tl.store(PMAX + pool, peak.to(tl.float64))
+    tl.store(PMEAN + pool, tl.sum(xf.to(tl.float64), axis=0) / count)
+    tl.store(PMAX + pool, tl.max(tl.where(real[:, None], xf, float("-inf")), axis=0).to(tl.float64))
     # INT8, one scale per region block
-    s8 = (tl.max(amax, axis=0).to(tl.float64) / 127.0).to(tl.float32)
+    s8 = (tl.max(tl.max(tl.abs(xf), axis=1), axis=0).to(tl.float64) / 127.0).to(tl.float32)
     s8 = tl.where(s8 > 0, s8, 1.0)
+    tl.store(X8 + out, _int_rne_exact(xf, s8, 127).to(tl.int8))
     tl.store(S8 + pid_bh * R + pid_r, s8)
+    # NVFP4 along head_dim
     so = tl.load(S4 + pid_bh).to(tl.float64)
-    for r0 in tl.static_range(0, BLOCK, ROWS):
-        x, real, slots, cols = _region_rows(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, r0,
-                                            D, BLOCK, ROWS)
-        xf = x.to(tl.float32)
-        out = base + slots[:, None] * D + cols[None, :]
-        tl.store(X8 + out, _int_rne_exact(xf, s8, 127).to(tl.int8))
-        # NVFP4 along head_dim
-        tl.store(X4 + out, nvfp4_rows_exact(xf, so, ROWS, D).to(tl.float16))
+    tl.store(X4 + out, nvfp4_rows_exact(xf, so, BLOCK, D).to(tl.float16))
 
 
 @triton.jit
 def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
-                    D: tl.constexpr, BLOCK: tl.constexpr, CHANNELS: tl.constexpr):
-    """One (region block, b·h) of V: packed 16-bit copy; FP8 per channel and NVFP4 along tokens, transposed.
-    Walked in slices of CHANNELS channels (every value of a channel slice is independent of the others)."""
+                    D: tl.constexpr, BLOCK: tl.constexpr):
+    """One (region block, b·h) of V: packed 16-bit copy; FP8 per channel and NVFP4 along tokens, transposed."""
     pid_r = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
     base = pid_bh.to(tl.int64) * (R * BLOCK * D)
-    slots = pid_r * BLOCK + tl.arange(0, BLOCK)
-    tok = tl.load(GATHER + slots)
-    real = tok >= 0
-    rows = X + b.to(tl.int64) * sx_b + h * sx_h + (PREFIX + tok)[:, None].to(tl.int64) * sx_n
+    tl.store(V16 + base + slots[:, None] * D + cols[None, :], x)
+    xt = tl.trans(x.to(tl.float64))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
+    outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
+    t = xt / tl.load(VS8 + pid_bh * D + cols).to(tl.float64)[:, None]
+    tl.store(V8T + outt, e4m3_rne_f64(t).to(tl.float32).to(tl.float8e4nv))  # exact cast (on the grid)
     so = tl.load(S4 + pid_bh).to(tl.float64)
-    for c0 in tl.static_range(0, D, CHANNELS):
-        cols = c0 + tl.arange(0, CHANNELS)
-        x = tl.load(rows + cols[None, :] * sx_d, mask=real[:, None], other=0.0)  # (BLOCK, CHANNELS)
-        tl.store(V16 + base + slots[:, None] * D + cols[None, :], x)
-        xt = tl.trans(x.to(tl.float64))  # (CHANNELS, BLOCK): channels as rows, tokens along the 16-blocks
-        outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
-        t = xt / tl.load(VS8 + pid_bh * D + cols).to(tl.float64)[:, None]
-        tl.store(V8T + outt, e4m3_rne_f64(t).to(tl.float32).to(tl.float8e4nv))  # exact cast (on the grid)
-        tl.store(V4T + outt, nvfp4_rows_exact(tl.trans(x.to(tl.float32)), so, CHANNELS, BLOCK).to(tl.float16))
+    tl.store(V4T + outt, nvfp4_rows_exact(tl.trans(x.to(tl.float32)), so, D, BLOCK).to(tl.float16))
 
 
 def _bhnd(t: torch.Tensor, layout: str):
@@ -188,13 +156,13 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
         pmean = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
         pmax = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
         _draft_qk_kernel[grid](x, gather32, s4[:, 0 if name == "q" else 1].contiguous(), x16, x8, s8, x4,
-                               pmean, pmax, *st, H, prefix, regions, D=D, BLOCK=block, ROWS=ROWS, num_warps=num_warps)
+                               pmean, pmax, *st, H, prefix, regions, D=D, BLOCK=block, num_warps=num_warps)
         out.update({f"{name}16": x16, f"{name}8": x8, f"{name}s8": s8, f"{name}4": x4,
                     f"{name}_mean": pmean, f"{name}_max": pmax})
     v16 = torch.empty((BH, S, D), device=dev, dtype=v.dtype)
     v8t = torch.empty((BH, D, S), device=dev, dtype=torch.float8_e4m3fn)
     v4t = torch.empty((BH, D, S), device=dev, dtype=torch.float16)
     _draft_v_kernel[grid](v, gather32, vs8, s4[:, 2].contiguous(), v16, v8t, v4t, *sv, H, prefix, regions,
-                          D=D, BLOCK=block, CHANNELS=CHANNELS, num_warps=num_warps)
+                          D=D, BLOCK=block, num_warps=num_warps)
     out.update(v16=v16, v8t=v8t, v4t=v4t)
     return out
