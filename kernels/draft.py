@@ -3,10 +3,11 @@ on the GPU, in three steps, each timed separately by `split_draft` for the bench
 
 1. pre-pass (`draft_prepass`): one Triton pass over Q, K, V per region block → packed operands of every
    precision + pooled draft descriptors;
-2. route (kernels/draft_route.py): the engine's own `draft_scores` and `head_quotas` (torch, float64, on
-   the GPU) and an allocation equal to the engine's `allocate` without its global sort, so the kernel runs
-   the decisions the reference engine makes; then per query region the retained key blocks, grouped by
-   phase;
+2. route (kernels/draft_route.py `route_plan`): the engine's decision without a sort or a host
+   synchronisation — the float64 draft logits by torch matmul, one Triton pass for the mixed draft map, a
+   radix select of the score at each quota boundary (equal scores across a boundary split in row-major
+   order, as the engine's stable ranking does), then one pass per query region for its codes and its
+   retained key blocks grouped by phase; the quotas are the engine's `head_quotas`;
 3. `draft_fwd` (kernels/_core.py): block-sparse, NVFP4 → INT8/FP8 → 16-bit phases over one
    online-softmax state, prefix keys dense at 16 bit, normalised once; the packed output is restored to
    token order by the layout's inverse index. Prefix (text) queries attend densely (torch SDPA).
@@ -22,23 +23,26 @@ import torch
 
 from lowbit_video.draft.alloc import head_quotas
 from lowbit_video.draft.layout import pack_layout
-from lowbit_video.draft.scores import draft_scores
 
 from . import draft_ws
 from ._core import LOG2E, draft_fwd
 from .draft_prepass import draft_prepass
-from .draft_route import DraftPlan, allocate_by_boundaries, plan_from_codes
+from .draft_route import DraftPlan, plan_from_codes, route_plan
 from .dispatch import attention_spec, draft_config
 from .launch import attention
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter's FP8 cast is not RNE
 P_FP8_SCALE = float(torch.tensor(1.0 / 448.0, dtype=torch.float32))  # the engine's static P̃ scale, fp32
 
 
-def route(pre: dict, spec, regions: int, scale: float) -> torch.Tensor:
-    """The engine's routing decision (B, H, R, R) from the pre-pass's pooled descriptors."""
-    scores = draft_scores(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
-                          maxpool_weight=spec.maxpool_weight)
-    return allocate_by_boundaries(scores, head_quotas(regions, spec))
+# exact fractions on the host: worth computing once, as a DiT routes one spec and region count in every block
+_quotas = functools.lru_cache(maxsize=32)(head_quotas)
+
+
+def route(pre: dict, spec, regions: int, scale: float) -> DraftPlan:
+    """The engine's routing decision (codes (B, H, R, R)) and the kernel's lists, from the pre-pass's pooled
+    descriptors."""
+    return route_plan(pre["q_mean"], pre["q_max"], pre["k_mean"], pre["k_max"], scale=scale,
+                      maxpool_weight=spec.maxpool_weight, quotas=_quotas(regions, spec))
 
 
 __all__ = ["DraftPlan", "draft_attention", "plan_from_codes", "route", "split_draft"]
@@ -109,8 +113,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
         box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P, num_warps=cfg["prepass_warps"])
 
     def run_route():
-        c = codes if codes is not None else route(box["pre"], spec, R, sm_scale)
-        box["plan"] = plan_from_codes(c.to(dev))
+        box["plan"] = route(box["pre"], spec, R, sm_scale) if codes is None else plan_from_codes(codes.to(dev))
 
     def run_kernel():
         pre, plan = box["pre"], box["plan"]

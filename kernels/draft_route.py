@@ -365,9 +365,9 @@ def _allocate_and_plan(scores: torch.Tensor, hist: torch.Tensor, quotas, first_l
     return DraftPlan(codes, idx, cnt)
 
 
-def route_plan(q_mean, q_max, k_mean, k_max, *, scale: float, maxpool_weight: float, quotas) -> DraftPlan:
-    """The engine's routing decision and the kernel's lists from pooled (B, H, R, D) float64 descriptors
-    (the pre-pass's): codes equal to `allocate(draft_scores(...), quotas)` (module docstring)."""
+def mixed_scores(q_mean, q_max, k_mean, k_max, *, scale: float, maxpool_weight: float):
+    """Step 1: the draft map (B, H, R, R) float64 of pooled (B, H, R, D) float64 descriptors — the engine's
+    `draft_scores` up to the order of each row's sum — and the histograms with level 0 counted."""
     B, H, R, _ = q_mean.shape
     w = float(maxpool_weight)
     s_mean = torch.matmul(q_mean, k_mean.transpose(-1, -2))
@@ -377,6 +377,13 @@ def route_plan(q_mean, q_max, k_mean, k_max, *, scale: float, maxpool_weight: fl
     rp = triton.next_power_of_2(R)
     _scores_kernel[(B * H * R,)](s_mean, s_max, scores, hist, R, _f64_bits(scale), _f64_bits(1.0 - w), _f64_bits(w),
                                  RP=rp, MAXPOOL=w != 0.0, num_warps=_row_warps(rp), enable_fp_fusion=False)
+    return scores, hist
+
+
+def route_plan(q_mean, q_max, k_mean, k_max, *, scale: float, maxpool_weight: float, quotas) -> DraftPlan:
+    """The engine's routing decision and the kernel's lists from pooled (B, H, R, D) float64 descriptors
+    (the pre-pass's): codes equal to `allocate(draft_scores(...), quotas)` (module docstring)."""
+    scores, hist = mixed_scores(q_mean, q_max, k_mean, k_max, scale=scale, maxpool_weight=maxpool_weight)
     return _allocate_and_plan(scores, hist, quotas, first_level=1)
 
 

@@ -157,6 +157,96 @@ def check_routing(device, dtype, d=64):
             "empty_rows_zero": bool((out.cpu()[(ref == 0).all(-1)] == 0).all())}
 
 
+ROUTE_SPECS = (  # recipes' quotas, then an empty 16-bit, an empty 8-bit, full (no skip) and all-16 quotas
+    ("draftattention2",), ("draftattention-sparse16",), dict(sparsity=0.5, fp16=0.0, int8=0.5, nvfp4=0.5),
+    dict(sparsity=0.95, fp16=0.2, int8=0.0, nvfp4=0.8), dict(sparsity=0.0, fp16=0.3, int8=0.7),
+    dict(sparsity=0.0, fp16=0.2, int8=0.0, nvfp4=0.8), dict(sparsity=0.0))
+
+
+def route_specs():
+    from lowbit_video.recipes import DraftSpec, load_recipe
+
+    return [load_recipe(s[0]).attention.draft if isinstance(s, tuple) else DraftSpec(**s) for s in ROUTE_SPECS]
+
+
+def tied_scores(h, r, quotas, seed):
+    """Draft maps (1, h, r, r) >= 0 full of exact ties, in random row-major positions: head 0 has runs of equal
+    scores across every quota boundary (ranks t - 2 ... t + 1 share one score), head 1 is 97 % zeros (0.0 and
+    -0.0, equal for the engine's sort) with the 8- and 4-bit boundaries among them, heads 2+ take 3 levels."""
+    from lowbit_video.kernels.draft_route import quota_boundaries
+
+    g = torch.Generator().manual_seed(seed)
+    n = r * r
+    heads = []
+    for head in range(h):
+        by_rank = torch.rand(n, generator=g, dtype=torch.float64).sort(descending=True).values
+        if head == 0:
+            for t in quota_boundaries(quotas, n):
+                if 0 < t < n:
+                    by_rank[max(t - 2, 0):t + 2] = by_rank[max(t - 2, 0)].clone()
+        elif head == 1:
+            by_rank[int(0.03 * n):] = 0.0
+            by_rank[(by_rank == 0) & (torch.rand(n, generator=g) < 0.5)] = -0.0
+        else:
+            by_rank = (by_rank * 3).floor() / 3
+        heads.append(by_rank[torch.randperm(n, generator=g)])
+    return torch.stack(heads).view(1, h, r, r)
+
+
+def check_route(device):
+    """The route kernels (kernels/draft_route.py) against the references, as counts of differing entries and the
+    mixed map's largest relative difference per unit of its tolerance:
+    - codes of given score maps full of ties (`tied_scores`, R = 20 and 5: dense and sparse counting) vs the
+      engine's `allocate`, for every quota kind, and their lists vs `plan_reference`;
+    - the whole route from pooled descriptors (`route_plan`) vs `allocate(draft_scores(...))`: descriptors with
+      repeated rows (exact ties across the boundaries) and random ones, with and without the max-pooled map
+      (random scores could differ from the engine's only at a near-tie: float64 rows summed in another order);
+    - the mixed map vs `draft_scores`: float64, the row's sum in another order (at most R additions' rounding)
+      and exp within 2 ulp, so |A - ref| <= (R + 4) * 2^-52 * ref."""
+    from lowbit_video.draft.alloc import allocate, head_quotas
+    from lowbit_video.draft.scores import draft_scores
+    from lowbit_video.kernels.draft_route import mixed_scores, plan_from_scores, plan_reference, route_plan
+
+    res = {"codes": 0, "plan": 0, "route_codes": 0, "route_plan": 0, "scores": 0.0}
+
+    def compare_plan(plan, codes):
+        ref = plan_reference(codes.to(torch.int8).to(device))
+        return int((plan.idx != ref.idx).sum() + (plan.cnt != ref.cnt).sum())
+
+    for i, spec in enumerate(route_specs()):
+        for r, h in ((20, 3), (5, 2)):
+            quotas = head_quotas(r, spec)
+            s = tied_scores(h, r, quotas, seed=10 * i + r)
+            plan = plan_from_scores(s.to(device), quotas)
+            ref = allocate(s, quotas)
+            res["codes"] += int((plan.codes.cpu().long() != ref).sum())
+            res["plan"] += compare_plan(plan, ref)
+    g = torch.Generator().manual_seed(4)
+    spec = route_specs()[0]
+    r, d = 13, 16
+    for repeat, w in ((True, 0.5), (True, 0.0), (False, 0.5), (False, 0.0)):
+        desc = [torch.randn(1, 2, r, d, generator=g, dtype=torch.float64) for _ in range(4)]
+        if repeat:  # queries of 2 kinds, keys of 3: a handful of distinct scores per head, tied exactly as the
+            # logits are exact (halves: no matmul rounding, which could differ between equal rows)
+            desc = [(2 * x).round().clamp(-2, 2)[:, :, torch.arange(r) % (2 if j < 2 else 3)] / 2
+                    for j, x in enumerate(desc)]
+        quotas = head_quotas(r, spec)
+        plan = route_plan(*(x.to(device) for x in desc), scale=d**-0.5, maxpool_weight=w, quotas=quotas)
+        exact = draft_scores(*desc, scale=d**-0.5, maxpool_weight=w)
+        ref = allocate(exact, quotas)
+        res["route_codes"] += int((plan.codes.cpu().long() != ref).sum())
+        res["route_plan"] += compare_plan(plan, ref)
+        mixed = mixed_scores(*(x.to(device) for x in desc), scale=d**-0.5, maxpool_weight=w)[0].cpu()
+        tol = (r + 4) * 2.0**-52 * exact
+        res["scores"] = max(res["scores"], float(((mixed - exact).abs() / tol).max()))
+    return res
+
+
+def assert_route(res):
+    assert res["codes"] == 0 and res["plan"] == 0 and res["route_codes"] == 0 and res["route_plan"] == 0, res
+    assert res["scores"] <= 1.0, res
+
+
 def assert_phases(res, dtype):
     for name, (diff, err) in res.items():
         assert diff <= FLOOR[dtype] + RATIO * err, (name, diff, err)
@@ -174,7 +264,7 @@ _SCRIPT = textwrap.dedent(
            "prepass_ties4": t.check_prepass("cpu", torch.bfloat16, ties="nvfp4"),
            "phases": t.check_phases("cpu", torch.float16),
            "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
-           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu")}}
+           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"), "route": t.check_route("cpu")}}
     print(json.dumps(res))
     """
 )
@@ -192,6 +282,7 @@ def test_draft_kernel_under_triton_interpreter_on_cpu():
     assert res["routing"]["diff"] <= FLOOR[torch.float16], res["routing"]
     assert res["routing"]["empty_rows_zero"]
     assert res["plan"] == 0
+    assert_route(res["route"])
 
 
 def check_plan(device) -> int:
@@ -221,28 +312,24 @@ def test_plan_lists_blocks_by_phase():
     assert plan.density() == 10 / 16
 
 
-def test_allocation_by_boundaries_equals_engine_allocation():
-    """Boundary scores after one sort (the engine's allocate when a tie straddles a boundary) == the engine's
-    stable argsort, on scores with and without exact ties, for the recipes' quotas, empty and full quotas."""
+def test_boundary_rule_equals_engine_allocation():
+    """The rule the route kernels implement (`allocate_reference`: boundary score, then row-major rank among equal
+    scores) == the engine's stable argsort, on scores with and without exact ties (runs across every boundary,
+    zeros of both signs, few levels), for the recipes' quotas, empty and full quotas."""
     pytest.importorskip("triton")
     from lowbit_video.draft.alloc import allocate, head_quotas
-    from lowbit_video.kernels.draft_route import allocate_by_boundaries
-    from lowbit_video.recipes import DraftSpec, load_recipe
+    from lowbit_video.kernels.draft_route import allocate_reference
 
     g = torch.Generator().manual_seed(0)
-    specs = [load_recipe(r).attention.draft for r in ("draftattention2", "draftattention-sparse16")]
-    specs += [DraftSpec(sparsity=0.0), DraftSpec(sparsity=0.5, fp16=0.0, int8=0.5, nvfp4=0.5),
-              DraftSpec(sparsity=0.95, fp16=0.2, int8=0.0, nvfp4=0.8), DraftSpec(sparsity=0.0, fp16=0.3, int8=0.7),
-              DraftSpec(sparsity=0.0, fp16=0.2, int8=0.0, nvfp4=0.8), DraftSpec(sparsity=0.0, fp16=0.0, int8=1.0)]
-    for regions in (5, 12):
-        for levels in (3, 50, None):
-            s = torch.rand(2, 3, regions, regions, generator=g, dtype=torch.float64)
-            if levels:
-                s = (s * levels).floor() / levels  # exact ties
-            for spec in specs:
-                quotas = head_quotas(regions, spec)
-                ref = allocate(s, quotas)
-                assert torch.equal(allocate_by_boundaries(s, quotas).long(), ref), (regions, levels, spec)
+    for i, spec in enumerate(route_specs()):
+        for regions in (5, 12):
+            quotas = head_quotas(regions, spec)
+            maps = [tied_scores(3, regions, quotas, seed=i)]
+            for levels in (3, 50, None):
+                s = torch.rand(2, 3, regions, regions, generator=g, dtype=torch.float64)
+                maps.append((s * levels).floor() / levels if levels else s)
+            for s in maps:
+                assert torch.equal(allocate_reference(s, quotas).long(), allocate(s, quotas)), (regions, spec)
 
 
 # ------------------------------------------------------------------------------------------------------- GPU
@@ -275,6 +362,7 @@ def test_draft_kernel_matches_engine_on_gpu(dtype, layout, d, geo):
 @needs_cuda
 def test_draft_routing_matches_engine_on_gpu():
     assert check_plan("cuda") == 0
+    assert_route(check_route("cuda"))
     res = check_routing("cuda", torch.bfloat16, d=128)
     assert res["codes_differ"] == 0 and res["diff"] <= FLOOR[torch.bfloat16] and res["empty_rows_zero"], res
 
