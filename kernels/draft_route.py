@@ -44,7 +44,8 @@ BOUNDARY_CODES = (16, 8, 4)  # the code of each quota boundary's top set, highes
 SLOTS = tl.constexpr(4)  # per-head state vectors: the three boundaries and one unused slot (a power of two)
 LEVELS = tl.constexpr(8)  # bytes of a float64 bit pattern
 BINS = tl.constexpr(256)
-SELECT_BLOCK, SELECT_TILES = 1024, 16  # scores per tile and tiles per program of `_radix_kernel`
+SELECT_BLOCK, SELECT_TILES = 1024, 16  # scores per tile and at most tiles per program of `_radix_kernel`
+SELECT_PROGRAMS = 1024  # fewer tiles per program while the grid would be smaller: a few programs per SM
 DENSE = 128  # a tile's boundary counts through a shared-memory histogram above this many matches, else atomics
 BOUND_ROWS = 16  # rows per program of `_bounds_kernel`
 
@@ -353,7 +354,7 @@ def _allocate_and_plan(scores: torch.Tensor, hist: torch.Tensor, quotas, first_l
     eqcnt = torch.empty((bh, R, SLOTS.value), dtype=torch.int32, device=dev)
     if any(0 < t < n for t in ts):
         bound = torch.empty((bh, 4, SLOTS.value), dtype=torch.int64, device=dev)
-        tiles = min(SELECT_TILES, triton.cdiv(n, SELECT_BLOCK))
+        tiles = max(1, min(SELECT_TILES, triton.cdiv(n, SELECT_BLOCK), n * bh // (SELECT_BLOCK * SELECT_PROGRAMS)))
         grid = (triton.cdiv(n, SELECT_BLOCK * tiles), bh)
         for level in range(first_level, LEVELS.value):
             _radix_kernel[grid](scores, hist, n, *ts, level, tiles, BLOCK=SELECT_BLOCK, DENSE=DENSE, num_warps=4)
