@@ -196,8 +196,8 @@ def tied_scores(h, r, quotas, seed):
 def check_route(device):
     """The route kernels (kernels/draft_route.py) against the references, as counts of differing entries and the
     mixed map's largest relative difference per unit of its tolerance:
-    - codes of given score maps full of ties (`tied_scores`, R = 20 and 5: dense and sparse counting) vs the
-      engine's `allocate`, for every quota kind, and their lists vs `plan_reference`;
+    - codes of given score maps full of ties (`tied_scores`; R = 20 and 5: dense and sparse counting, 40: several
+      programs per head) vs the engine's `allocate`, for every quota kind, and their lists vs `plan_reference`;
     - the whole route from pooled descriptors (`route_plan`) vs `allocate(draft_scores(...))`: descriptors with
       repeated rows (exact ties across the boundaries) and random ones, with and without the max-pooled map
       (random scores could differ from the engine's only at a near-tie: float64 rows summed in another order);
@@ -215,7 +215,7 @@ def check_route(device):
         return int((plan.idx != ref.idx).sum() + (plan.cnt != ref.cnt).sum())
 
     for i, spec in enumerate(route_specs()):
-        for r, h in ((20, 3), (5, 2)):
+        for r, h in ((20, 3), (5, 2)) + (((40, 3),) if i == 0 else ()):  # 40: two select programs per head
             quotas = head_quotas(r, spec)
             s = tied_scores(h, r, quotas, seed=10 * i + r)
             plan = plan_from_scores(s.to(device), quotas)
@@ -366,6 +366,26 @@ def test_draft_routing_matches_engine_on_gpu():
     assert_route(check_route("cuda"))
     res = check_routing("cuda", torch.bfloat16, d=128)
     assert res["codes_differ"] == 0 and res["diff"] <= FLOOR[torch.bfloat16] and res["empty_rows_zero"], res
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_draft_route_select_at_video_sizes_on_gpu():
+    """The route kernels on maps the interpreter is too slow for: many select programs per head, two tiles per
+    program (R = 1030, not a power of two), the dense counting of real levels; codes == the engine's `allocate`,
+    lists == `plan_reference`, on tied (`tied_scores`) and on distinct random scores."""
+    from lowbit_video.draft.alloc import allocate, head_quotas
+    from lowbit_video.kernels.draft_route import plan_from_scores, plan_reference
+
+    g = torch.Generator().manual_seed(7)
+    for spec in route_specs()[:3]:
+        for r in (300, 1030):
+            quotas = head_quotas(r, spec)
+            for s in (tied_scores(3, r, quotas, seed=r), torch.rand(1, 2, r, r, generator=g, dtype=torch.float64)):
+                plan = plan_from_scores(s.cuda(), quotas)
+                ref = plan_reference(plan.codes)
+                assert torch.equal(plan.codes.cpu().long(), allocate(s, quotas)), (spec, r)
+                assert torch.equal(plan.idx, ref.idx) and torch.equal(plan.cnt, ref.cnt), (spec, r)
 
 
 @pytest.mark.gpu
