@@ -162,9 +162,9 @@ def _leaders(prefix, done):
 def _boundary_state(HIST, bh, T0, T1, T2, N, LEVEL):
     """Where the boundaries of head `bh` stand after the histograms of the levels below LEVEL, as vectors over
     the SLOTS: the bytes found so far (prefix) and their number (depth), the pairs still to take among the
-    scores with that prefix (rem) and how many there are (cnt), settled (done: a boundary without pairs on
-    both sides, or whose last bin held exactly rem scores), and the slot whose histogram each counts into at
-    LEVEL (lead). Level 0 is one histogram, in slot 0."""
+    scores with that prefix (rem) and how many there are (cnt), settled (done: an empty or full boundary,
+    t = 0 or t = n, or one whose last bin held exactly rem scores, all taken), and the slot whose histogram
+    each counts into at LEVEL (lead). Level 0 is one histogram, in slot 0."""
     ks = tl.arange(0, SLOTS)
     bins = tl.arange(0, BINS)
     t = tl.where(ks == 0, T0, tl.where(ks == 1, T1, tl.where(ks == 2, T2, 0)))
@@ -187,6 +187,12 @@ def _boundary_state(HIST, bh, T0, T1, T2, N, LEVEL):
         depth = tl.where(go, level + 1, depth)
         done = done | (cnt == rem)
     return prefix, depth, rem, cnt, done, tl.where(LEVEL == 0, 0, _leaders(prefix, done))
+
+
+@triton.jit
+def _at(v, k: tl.constexpr):
+    """Element k of a per-boundary vector, as a scalar."""
+    return tl.sum(tl.where(tl.arange(0, SLOTS) == k, v, 0), 0)
 
 
 @triton.jit
@@ -215,13 +221,10 @@ def _radix_kernel(A, HIST, N, T0, T1, T2, LEVEL, TILES, BLOCK: tl.constexpr, DEN
     # the boundaries that count at this level (level 0: one histogram for all, in slot 0)
     active = tl.sum((~done).to(tl.int32), 0) > 0
     counts = tl.where(LEVEL == 0, (ks == 0) & active, (lead == ks) & ~done)
-    if tl.sum(counts.to(tl.int32), 0) > 0:  # else all are settled: nothing to read
-        c0 = tl.sum(tl.where(ks == 0, counts, 0).to(tl.int32), 0) > 0
-        c1 = tl.sum(tl.where(ks == 1, counts, 0).to(tl.int32), 0) > 0
-        c2 = tl.sum(tl.where(ks == 2, counts, 0).to(tl.int32), 0) > 0
-        p0 = tl.sum(tl.where(ks == 0, prefix, 0), 0)
-        p1 = tl.sum(tl.where(ks == 1, prefix, 0), 0)
-        p2 = tl.sum(tl.where(ks == 2, prefix, 0), 0)
+    ci = counts.to(tl.int32)
+    if tl.sum(ci, 0) > 0:  # else all are settled: nothing to read
+        c0, c1, c2 = _at(ci, 0) > 0, _at(ci, 1) > 0, _at(ci, 2) > 0
+        p0, p1, p2 = _at(prefix, 0), _at(prefix, 1), _at(prefix, 2)
         h0 = HIST + ((bh * SLOTS + 0) * LEVELS + LEVEL) * BINS
         h1 = HIST + ((bh * SLOTS + 1) * LEVELS + LEVEL) * BINS
         h2 = HIST + ((bh * SLOTS + 2) * LEVELS + LEVEL) * BINS

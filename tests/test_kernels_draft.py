@@ -265,7 +265,8 @@ _SCRIPT = textwrap.dedent(
            "prepass_ties4": t.check_prepass("cpu", torch.bfloat16, ties="nvfp4"),
            "phases": t.check_phases("cpu", torch.float16),
            "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
-           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"), "route": t.check_route("cpu")}}
+           "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"),
+           "route": t.check_route("cpu")}}
     print(json.dumps(res))
     """
 )
