@@ -11,9 +11,10 @@
    highest score) by a radix select over the scores' bit patterns — scores are ≥ 0, so their int64 bit
    patterns order as the values do — one byte per level, most significant first. `_radix_kernel` (one launch
    per level) counts the next byte of the scores that share a boundary's bytes found so far; each of its
-   programs first reads the earlier levels' histograms to know where every boundary stands
-   (`_boundary_state`). A boundary whose byte bin holds exactly the pairs still to take is settled there
-   (the later levels read nothing for it), and boundaries with the same bytes so far share one histogram.
+   programs first finds where every boundary stands (`_boundary_state`: the state before the previous level,
+   which that level's first program of the head stored, and that level's histograms). A boundary whose byte
+   bin holds exactly the pairs still to take is settled there (the later levels read nothing for it), and
+   boundaries with the same bytes so far share one histogram.
    `_bounds_kernel` writes each boundary's final state and, only where equal scores straddle a boundary (more
    scores equal v than pairs still to take), each row's number of them.
 3. codes and plan: `_route_plan_kernel`, one program per query region. A pair is among a boundary's top t iff
@@ -159,34 +160,53 @@ def _leaders(prefix, done):
 
 
 @triton.jit
-def _boundary_state(HIST, bh, T0, T1, T2, N, LEVEL):
-    """Where the boundaries of head `bh` stand after the histograms of the levels below LEVEL, as vectors over
-    the SLOTS: the bytes found so far (prefix) and their number (depth), the pairs still to take among the
-    scores with that prefix (rem) and how many there are (cnt), settled (done: an empty or full boundary,
-    t = 0 or t = n, or one whose last bin held exactly rem scores, all taken), and the slot whose histogram
-    each counts into at LEVEL (lead). Level 0 is one histogram, in slot 0."""
-    ks = tl.arange(0, SLOTS)
+def _take_level(HIST, bh, level, prefix, depth, rem, cnt, done):
+    """The boundaries' state after reading the histograms of `level` (module docstring, step 2)."""
     bins = tl.arange(0, BINS)
+    slot = tl.where(level == 0, 0, _leaders(prefix, done))
+    h = tl.load(HIST + ((bh * SLOTS + slot[:, None]) * LEVELS + level) * BINS + bins[None, :])
+    above = tl.sum(h, 1)[:, None] - tl.cumsum(h, 1)  # scores in the higher bins
+    pick = (above < rem[:, None]) & (above + h >= rem[:, None])  # the bin holding the rem-th highest
+    b = tl.max(tl.where(pick, bins[None, :], -1), 1)
+    at = bins[None, :] == b[:, None]
+    go = ~done
+    rem = tl.where(go, rem - tl.sum(tl.where(at, above, 0), 1), rem)
+    cnt = tl.where(go, tl.sum(tl.where(at, h, 0), 1), cnt)
+    prefix = tl.where(go, prefix * BINS + b, prefix)
+    depth = tl.where(go, level + 1, depth)
+    return prefix, depth, rem, cnt, done | (cnt == rem)
+
+
+@triton.jit
+def _boundary_state(HIST, STATE, bh, T0, T1, T2, N, LEVEL):
+    """Where the boundaries of head `bh` stand after the levels below LEVEL, as vectors over the SLOTS: the
+    bytes found so far (prefix) and their number (depth), the pairs still to take among the scores with that
+    prefix (rem) and how many there are (cnt), settled (done: an empty or full boundary, t = 0 or t = n, or one
+    whose last bin held exactly rem scores, all taken), and the slot whose histogram each counts into at LEVEL
+    (lead; level 0 is one histogram, in slot 0). From the state before level LEVEL − 1, which that level's
+    programs stored in STATE, and that level's histograms."""
+    ks = tl.arange(0, SLOTS)
     t = tl.where(ks == 0, T0, tl.where(ks == 1, T1, tl.where(ks == 2, T2, 0)))
-    done = (t <= 0) | (t >= N)
-    rem = t
-    cnt = tl.zeros([SLOTS], tl.int32)
-    depth = tl.zeros([SLOTS], tl.int32)
+    rem = t.to(tl.int64)
+    cnt = tl.zeros([SLOTS], tl.int64)
+    depth = tl.zeros([SLOTS], tl.int64)
     prefix = tl.zeros([SLOTS], tl.int64)
-    for level in range(LEVEL):
-        slot = tl.where(level == 0, 0, _leaders(prefix, done))
-        h = tl.load(HIST + ((bh * SLOTS + slot[:, None]) * LEVELS + level) * BINS + bins[None, :])
-        above = tl.sum(h, 1)[:, None] - tl.cumsum(h, 1)  # scores in the higher bins
-        pick = (above < rem[:, None]) & (above + h >= rem[:, None])  # the bin holding the rem-th highest
-        b = tl.max(tl.where(pick, bins[None, :], -1), 1)
-        at = bins[None, :] == b[:, None]
-        go = ~done
-        rem = tl.where(go, rem - tl.sum(tl.where(at, above, 0), 1), rem)
-        cnt = tl.where(go, tl.sum(tl.where(at, h, 0), 1), cnt)
-        prefix = tl.where(go, prefix * BINS + b, prefix)
-        depth = tl.where(go, level + 1, depth)
-        done = done | (cnt == rem)
+    if LEVEL > 1:
+        st = STATE + (bh * LEVELS + LEVEL - 1) * (4 * SLOTS) + ks
+        prefix, depth, rem, cnt = tl.load(st), tl.load(st + SLOTS), tl.load(st + 2 * SLOTS), tl.load(st + 3 * SLOTS)
+    done = (t <= 0) | (t >= N) | (cnt == rem)  # (before level 0: cnt = 0 < rem = t for a boundary in range)
+    if LEVEL > 0:
+        prefix, depth, rem, cnt, done = _take_level(HIST, bh, LEVEL - 1, prefix, depth, rem, cnt, done)
     return prefix, depth, rem, cnt, done, tl.where(LEVEL == 0, 0, _leaders(prefix, done))
+
+
+@triton.jit
+def _store_state(OUT, prefix, depth, rem, cnt):
+    ks = tl.arange(0, SLOTS)
+    tl.store(OUT + ks, prefix)
+    tl.store(OUT + SLOTS + ks, depth)
+    tl.store(OUT + 2 * SLOTS + ks, rem)
+    tl.store(OUT + 3 * SLOTS + ks, cnt)
 
 
 @triton.jit
@@ -213,10 +233,12 @@ def _flush(HK, acc):
 
 
 @triton.jit
-def _radix_kernel(A, HIST, N, T0, T1, T2, LEVEL, TILES, BLOCK: tl.constexpr, DENSE: tl.constexpr):
+def _radix_kernel(A, HIST, STATE, N, T0, T1, T2, LEVEL, TILES, BLOCK: tl.constexpr, DENSE: tl.constexpr):
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
-    prefix, depth, rem, cnt, done, lead = _boundary_state(HIST, bh, T0, T1, T2, N, LEVEL)
+    prefix, depth, rem, cnt, done, lead = _boundary_state(HIST, STATE, bh, T0, T1, T2, N, LEVEL)
+    if chunk == 0:  # for the next level's programs
+        _store_state(STATE + (bh * LEVELS + LEVEL) * (4 * SLOTS), prefix, depth, rem, cnt)
     ks = tl.arange(0, SLOTS)
     # the boundaries that count at this level (level 0: one histogram for all, in slot 0)
     active = tl.sum((~done).to(tl.int32), 0) > 0
@@ -251,17 +273,13 @@ def _radix_kernel(A, HIST, N, T0, T1, T2, LEVEL, TILES, BLOCK: tl.constexpr, DEN
 
 
 @triton.jit
-def _bounds_kernel(A, HIST, BOUND, EQCNT, R, N, T0, T1, T2, ROWS: tl.constexpr, RP: tl.constexpr):
+def _bounds_kernel(A, HIST, STATE, BOUND, EQCNT, R, N, T0, T1, T2, ROWS: tl.constexpr, RP: tl.constexpr):
     bh = tl.program_id(0)
     blk = tl.program_id(1)
-    prefix, depth, rem, cnt, done, lead = _boundary_state(HIST, bh, T0, T1, T2, N, LEVELS)
+    prefix, depth, rem, cnt, done, lead = _boundary_state(HIST, STATE, bh, T0, T1, T2, N, LEVELS)
     ks = tl.arange(0, SLOTS)
     if blk == 0:
-        out = BOUND + bh * (4 * SLOTS) + ks
-        tl.store(out, prefix)
-        tl.store(out + SLOTS, depth.to(tl.int64))
-        tl.store(out + 2 * SLOTS, rem.to(tl.int64))
-        tl.store(out + 3 * SLOTS, cnt.to(tl.int64))
+        _store_state(BOUND + bh * (4 * SLOTS), prefix, depth, rem, cnt)
     # a boundary not settled after the last byte: more scores equal its value than pairs left to take, so the
     # plan needs each pair's row-major rank among them: here, the count per row
     straddle = rem < cnt
@@ -357,12 +375,14 @@ def _allocate_and_plan(scores: torch.Tensor, hist: torch.Tensor, quotas, first_l
     eqcnt = torch.empty((bh, R, SLOTS.value), dtype=torch.int32, device=dev)
     if any(0 < t < n for t in ts):
         bound = torch.empty((bh, 4, SLOTS.value), dtype=torch.int64, device=dev)
+        state = torch.empty((bh, LEVELS.value, 4, SLOTS.value), dtype=torch.int64, device=dev)  # before each level
         tiles = max(1, min(SELECT_TILES, triton.cdiv(n, SELECT_BLOCK), n * bh // (SELECT_BLOCK * SELECT_PROGRAMS)))
         grid = (triton.cdiv(n, SELECT_BLOCK * tiles), bh)
         for level in range(first_level, LEVELS.value):
-            _radix_kernel[grid](scores, hist, n, *ts, level, tiles, BLOCK=SELECT_BLOCK, DENSE=DENSE, num_warps=4)
-        _bounds_kernel[(bh, triton.cdiv(R, BOUND_ROWS))](scores, hist, bound, eqcnt, R, n, *ts, ROWS=BOUND_ROWS,
-                                                          RP=rp, num_warps=_row_warps(rp))
+            _radix_kernel[grid](scores, hist, state, n, *ts, level, tiles, BLOCK=SELECT_BLOCK, DENSE=DENSE,
+                                num_warps=4)
+        _bounds_kernel[(bh, triton.cdiv(R, BOUND_ROWS))](scores, hist, state, bound, eqcnt, R, n, *ts,
+                                                          ROWS=BOUND_ROWS, RP=rp, num_warps=_row_warps(rp))
     else:  # every boundary is empty or takes all pairs: nothing to select
         bound = torch.zeros((bh, 4, SLOTS.value), dtype=torch.int64, device=dev)
     _route_plan_kernel[(bh * R,)](scores, bound, eqcnt, codes, idx, cnt, R, n, *ts, RP=rp, num_warps=_row_warps(rp))
