@@ -3,9 +3,11 @@ the reference engine (lowbit_video/attention/draft*.py).
 
 What must be equal and why:
 - the pre-pass operands and pooled descriptors: bit for bit (same formats, fp64 quotients rounded once);
-- the routing decision: the kernel path calls the engine's own scoring and allocation, so the codes are
-  equal (checked; the pooled descriptors are bit-equal, and GPU float64 matmul order could only flip
-  exact near-ties);
+- the routing decision: equal codes (checked). The route kernels (kernels/draft_route.py) compute the
+  engine's float64 draft map up to the order of each row's sum (checked within its rounding bound) and hand
+  out the quotas exactly as the engine's stable ranking does on a given map, ties across a boundary included
+  (checked on maps full of exact ties); the pooled descriptors are bit-equal, so only a near-tie of two
+  scores (float64 summation order, there and in the GPU matmul) could flip a decision;
 - the output, given one routing decision: the kernel's P̃ is an fp32 exp2 (the engine's float64), its
   16-bit phase multiplies P̃ rounded to the input dtype, and the output is rounded to the input dtype. So
   the kernel–engine difference is held to the 16-bit rounding floor, two roundings of the input dtype's
