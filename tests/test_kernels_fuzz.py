@@ -12,7 +12,7 @@ must stay within each recipe's stated tolerance of the reference engine:
 * the dense 16-bit kernel: against float64 attention, 4e-3 (bf16) / 1e-3 (fp16) relative L2, a few ulp of the
   16-bit P̃ and output (test_dense_kernel_matches_sdpa_with_mask);
 * draft recipes (through `attend`, which needs the video geometry): the kernel–engine floor 2u of the input
-  dtype (test_kernels_draft.py: the kernel calls the engine's own routing, so only 16-bit rounding remains);
+  dtype (test_kernels_draft.py: the kernel's route makes the engine's decisions, so only 16-bit rounding remains);
 * with a key padding mask (the kernel API's `key_padding_mask`; `attend` takes none, and the model processors
   pass the kept keys instead of a mask): operands are quantized as given, masked keys included, so the
   masked call is another quantization of the kept keys. Where the recipe's operand statistics are local to a
