@@ -159,10 +159,10 @@ def check_routing(device, dtype, d=64):
             "empty_rows_zero": bool((out.cpu()[(ref == 0).all(-1)] == 0).all())}
 
 
-ROUTE_SPECS = (  # recipes' quotas, then an empty 16-bit, an empty 8-bit, full (no skip) and all-16 quotas
+ROUTE_SPECS = (  # recipes' quotas, then an empty 16-bit, an empty 8-bit, full (no skip), all-16 and all-8 quotas
     ("draftattention2",), ("draftattention-sparse16",), dict(sparsity=0.5, fp16=0.0, int8=0.5, nvfp4=0.5),
     dict(sparsity=0.95, fp16=0.2, int8=0.0, nvfp4=0.8), dict(sparsity=0.0, fp16=0.3, int8=0.7),
-    dict(sparsity=0.0, fp16=0.2, int8=0.0, nvfp4=0.8), dict(sparsity=0.0))
+    dict(sparsity=0.0, fp16=0.2, int8=0.0, nvfp4=0.8), dict(sparsity=0.0), dict(sparsity=0.0, fp16=0.0, int8=1.0))
 
 
 def route_specs():
