@@ -37,7 +37,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
-from ._core import e2m1_round_bits, e4m3_round
 from .gluon_ws import acc_layout, ring_acquire, row_sum_tree
 
 BLOCK = gl.constexpr(64)  # the recipe's region block: one key block per tile, one query region per warpgroup
@@ -126,18 +125,38 @@ def _loader(q4d, q8d, q16d, k4d, k8d, k16d, v4d, v8d, v16d, pkd, pvd, q4_s, q8_s
 
 
 @gluon.jit
+def _rcp(x):
+    """1 / x (x a normal fp32) within 1 ulp: one MUFU.RCP, where `1.0 / x` costs a dozen instructions for the
+    range checks of an IEEE-style quotient."""
+    return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
 def _nvfp4_p(y):
     """P̃ (64×64, fp32, ≤ 1) quantized as formats/nvfp4 with no outer scale, as `_core._tile_update` (MODE 4,
     PROW off): per 16 keys of a row s_b = E4M3_RNE(amax / 6), elements E2M1_RNE(P̃ / s_b) (saturated at 6),
-    returned as E2M1·s_b (exact in fp16). A block whose scale rounds to 0 gives zeros."""
+    returned as E2M1·s_b in fp16 (exact: the product of a 2-bit and a 4-bit significand, 2^-10 to 2688). A
+    block whose scale rounds to 0 gives zeros."""
     M: gl.constexpr = y.shape[0]
     N: gl.constexpr = y.shape[1]
     yb = gl.reshape(y, [M, N // 16, 16])
-    sb = e4m3_round(gl.max(yb, axis=2) / 6.0)
-    inv = gl.where(sb > 0, 1.0 / gl.where(sb > 0, sb, 1.0), 0.0)
-    z = yb * gl.expand_dims(inv, 2)
-    e = e2m1_round_bits(z, 127 << 23, 6.0)  # the grid E2M1·2^0, saturated at 6
-    return gl.convert_layout(gl.reshape(e * gl.expand_dims(sb, 2), [M, N]), y.type.layout)
+    # s_b = E4M3_RNE(amax / 6) as `_core.e4m3_round`, without its saturation (P̃ ≤ 1: s_b ≤ 1/6)
+    t = gl.max(yb, axis=2) / 6.0
+    cb = (gl.maximum(t.to(gl.int32, bitcast=True) & 0x7F800000, (-6 + 127) << 23) + (20 << 23)).to(gl.float32,
+                                                                                                   bitcast=True)
+    sb = (t + cb) - cb
+    # 1 / s_b; a zero scale (every element rounds to 0) takes E4M3's least scale 2^-9 instead: finite codes,
+    # which the product with s_b = 0 below turns into zeros
+    z = yb * gl.expand_dims(_rcp(gl.maximum(sb, 0.001953125)), 2)
+    # E2M1_RNE(z) as `_core.e2m1_round_bits` (k = 0), saturated at 6 after the product with s_b, on pairs of fp16
+    # (E2M1·s_b and 6·s_b are exact in fp16: ≤ 6 significant bits, 2^-10 to 2688; z < 9 even where s_b is an
+    # E4M3 subnormal, rounded down by up to half its step, so the unsaturated code is at most 8); 0 where s_b = 0
+    c0 = gl.maximum(z.to(gl.int32, bitcast=True) & 0x7F800000, 127 << 23).to(gl.float32, bitcast=True)
+    e = gl.fma(c0, -4194304.0, gl.fma(c0, 4194304.0, z))
+    sb16 = gl.expand_dims(sb.to(gl.float16), 2)
+    p = gl.minimum(e.to(gl.float16) * sb16, sb16 * 6.0)
+    return gl.convert_layout(gl.reshape(p, [M, N]), y.type.layout)
 
 
 @gluon.jit
@@ -186,7 +205,7 @@ def _tile(PH: gl.constexpr, j, r, n, s_cur, acc, m_i, l_i, kc, ksc, blk_next, qv
         y = gl.exp2(qk * cj - m_use[:, None])
         l_i = l_i * alpha + row_sum_tree(y)
         if PH == PH_NVFP4:
-            p = _nvfp4_p(y).to(gl.float16)
+            p = _nvfp4_p(y)
         else:
             p = y.to(qv.dtype)
         p = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
@@ -194,21 +213,27 @@ def _tile(PH: gl.constexpr, j, r, n, s_cur, acc, m_i, l_i, kc, ksc, blk_next, qv
         mbarrier.wait(kready.index(nx), ((r + 1) // STAGES) & 1)
         s_tok = warpgroup_mma(qv, _view(k_s, nx, kd).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (r // STAGES) & 1)
-    if PH == PH_16 or PH == PH_PREFIX:
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        pv_tok = warpgroup_mma(p, _view(v_s, st, vd), acc, use_acc=True, is_async=True)
-        if NEXT:
-            s_cur, acc = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
-        else:
-            acc = warpgroup_mma_wait(0, deps=(pv_tok,))
-    else:
+    if PH == PH_INT8:
         pv_tok = warpgroup_mma(p, _view(v_s, st, vd).permute((1, 0)), zero_o, use_acc=False, is_async=True)
         if NEXT:
             s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
         else:
             pv = warpgroup_mma_wait(0, deps=(pv_tok,))
-        # the tile's product promoted into the rescaled fp32 accumulator, in the unshifted unit
+        # the tile's FP8 product promoted into the rescaled fp32 accumulator, in the unshifted unit
         acc = acc * gl.convert_layout(alpha, row_o)[:, None] + gl.convert_layout(pv, acc.type.layout) * pvs[None, :]
+    else:
+        # 16-bit MMAs accumulate in fp32 themselves (NVFP4: in units of V's outer scale, applied by the caller
+        # once the phase, which runs first, is done)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        if PH == PH_NVFP4:
+            v_op = _view(v_s, st, vd).permute((1, 0))
+        else:
+            v_op = _view(v_s, st, vd)
+        pv_tok = warpgroup_mma(p, v_op, acc, use_acc=True, is_async=True)
+        if NEXT:
+            s_cur, acc = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
+        else:
+            acc = warpgroup_mma_wait(0, deps=(pv_tok,))
     mbarrier.arrive(empty.index(st))  # this stage's tile is done with
     return s_cur, acc, m_new, l_i, nkc, nks, nb
 
@@ -283,13 +308,14 @@ def _consumer(q4d, q8d, q16d, k4d, k8d, k16d, v4d, v8d, v16d, pkd, pvd, q4_s, q8
         m_i = gl.full([64], float("-inf"), gl.float32, row_s)
         l_i = gl.zeros([64], gl.float32, row_s)
         acc = gl.zeros([64, D], gl.float32, o_layout)
+        ones = gl.full([D], 1.0, gl.float32, col_o)  # the product scale of the 16-bit MMA phases (no promotion)
         mbarrier.wait(qbar.index(WG), 0)
         r = 0
         if n4 > 0:
             c4 = gl.load(S4 + bh * 3) * gl.load(S4 + bh * 3 + 1) * c  # Q's and K's outer scales
-            pvs4 = gl.full([D], 1.0, gl.float32, col_o) * gl.load(S4 + bh * 3 + 2)
             acc, m_i, l_i = _phase(PH_NVFP4, n4, r, acc, m_i, l_i, q4_s.index(WG), k_s, v_s, k4d, v4d, kready,
-                                   vready, empty, lst, COUNTS, KS8, bh * R, c4, pvs4, p8_shift, p8_inv, n_pre, base)
+                                   vready, empty, lst, COUNTS, KS8, bh * R, c4, ones, p8_shift, p8_inv, n_pre, base)
+            acc = acc * gl.load(S4 + bh * 3 + 2)  # V's outer scale
         r += n4
         if n8 > 0:
             c8 = gl.load(QS8 + bh * R + a) * c
@@ -298,7 +324,6 @@ def _consumer(q4d, q8d, q16d, k4d, k8d, k16d, v4d, v8d, v16d, pkd, pvd, q4_s, q8
                                    vready, empty, lst + n4, COUNTS, KS8, bh * R, c8, pvs8, p8_shift, p8_inv, n_pre,
                                    base)
         r += n8
-        ones = gl.full([D], 1.0, gl.float32, col_o)
         if n16 > 0:
             acc, m_i, l_i = _phase(PH_16, n16, r, acc, m_i, l_i, q16_s.index(WG), k_s, v_s, k16d, v16d, kready,
                                    vready, empty, lst + n4 + n8, COUNTS, KS8, bh * R, c, ones, p8_shift, p8_inv,

@@ -391,6 +391,64 @@ def test_draft_route_select_at_video_sizes_on_gpu():
                 assert torch.equal(plan.idx, ref.idx) and torch.equal(plan.cnt, ref.cnt), (spec, r)
 
 
+def nvfp4_tile_inputs(tiles=24, seed=0):
+    """P̃-like fp32 values ≤ 1 in (tiles·64, 64), blocks of 16 along a row with maxima chosen to reach every case
+    of the per-block quantization: E4M3 scales in the normal range, subnormal ones, the least one rounded down
+    by almost half a step (elements up to 9 steps: saturated at 6), scales that round to 0, all-zero blocks."""
+    g = torch.Generator().manual_seed(seed)
+    n = tiles * 64 * 4
+    lo_t = torch.tensor([2.0**-6, 2.0**-9, 1.01 * 2.0**-10, 0.0, 0.0])
+    hi_t = torch.tensor([1.0 / 6.0, 2.0**-6, 1.49 * 2.0**-9, 0.99 * 2.0**-10, 0.0])
+    kind = torch.randint(0, 5, (n,), generator=g)
+    t = lo_t[kind] + (hi_t[kind] - lo_t[kind]) * torch.rand(n, generator=g, dtype=torch.float64)
+    amax = torch.where(kind == 0, torch.where(torch.rand(n, generator=g) < 0.3, 1.0, 6 * t), 6 * t).clamp(max=1.0)
+    y = amax[:, None] * torch.rand(n, 16, generator=g, dtype=torch.float64)
+    y[torch.arange(n), torch.randint(0, 16, (n,), generator=g)] = amax  # the block maximum itself
+    return y.to(torch.float32).reshape(tiles * 64, 64)
+
+
+def near_midpoints(y: torch.Tensor) -> torch.Tensor:
+    """Elements where the kernel may round otherwise than float64 without error: its P̃ / s_b is P̃ times an
+    fp32 reciprocal, and amax / 6 a product with fp32 1/6 (2^-21 relative covers both), so an element within
+    that of an E2M1 midpoint, or a block whose amax / 6 is within it of an E4M3 midpoint, may land either side."""
+    from lowbit_video.formats import e4m3, nvfp4
+
+    y64 = y.double()
+    blocks = y64.reshape(-1, 16)
+    t = blocks.amax(-1) / 6
+    lo, hi = e4m3.round_to_e4m3(t * (1 - 2.0**-21)), e4m3.round_to_e4m3(t * (1 + 2.0**-21))
+    block_near = (lo != hi)[:, None].expand(-1, 16)
+    sb = nvfp4.quantize(y64, block=16, axis=-1, outer_scale="none").block_scales.double().reshape(-1, 1)
+    z = blocks / torch.where(sb > 0, sb, 1.0)
+    mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=torch.float64)
+    elem_near = ((z[..., None] - mids).abs() <= 2.0**-21 * mids).any(-1) & (sb > 0)
+    return (block_near | elem_near).reshape(y.shape)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_draft_kernel_nvfp4_p_quantization_on_gpu():
+    """The Gluon draft kernel's per-16-key NVFP4 quantization of P̃ (draft_ws `_nvfp4_p`), run on tiles in the
+    kernel's register layout, equals formats.nvfp4 (no outer scale) element by element, except where a value
+    sits within fp32 rounding of a midpoint (`near_midpoints`, a handful at most); the inputs reach the
+    saturated, subnormal-scale and zero-scale blocks (checked)."""
+    from gluon_nvfp4_tile import nvfp4_p_tiles
+    from lowbit_video.formats import nvfp4
+
+    y = nvfp4_tile_inputs()
+    p = torch.empty(y.shape, dtype=torch.float16, device="cuda")
+    nvfp4_p_tiles[(y.shape[0] // 64,)](y.cuda(), p, num_warps=4)
+    q = nvfp4.quantize(y.double(), block=16, axis=-1, outer_scale="none")
+    ref = q.dequantize().double()
+    sb = q.block_scales.double().reshape(-1, 1)
+    z = (y.double().reshape(-1, 16) / torch.where(sb > 0, sb, 1.0))
+    assert bool((z > 6.5).any()) and bool((sb == 0).any()) and bool(((sb > 0) & (sb < 2.0**-6)).any())
+    near = near_midpoints(y)
+    differ = p.cpu().double() != ref
+    assert not bool((differ & ~near).any()), int((differ & ~near).sum())
+    assert int(near.sum()) < 40, int(near.sum())
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_attend_dispatches_draft_to_kernel_on_cuda():
