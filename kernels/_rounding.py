@@ -1,56 +1,146 @@
-"""Exact rounding onto the low-bit grids inside Triton pre-passes, in fp64 where it matters.
+"""Exact rounding onto the low-bit grids inside Triton pre-passes, without a division per element.
 
-Shared by the NVFP4 pre-pass of the nvfp4 recipe (prepass.py) and DraftAttention2's fused pre-pass
-(draft_prepass.py); tested bit for bit against lowbit_video.formats through both.
+A code is the RNE of the exact quotient x / s; it is found from an fp32 candidate (the quotient by a multiply
+with 1/s, within one grid step of the answer) and the signs of (midpoint · s − x) for the grid midpoints next
+to it, or against every midpoint of a short grid: one fp32 FMA each, whose exact product and single rounding
+keep the sign and the zero of the exact difference. Scale rounding (once per block or row) stays in fp64 where
+the reference rounds an fp64 quotient once.
+
+Shared by the operand pre-passes (prepass.py: sage2, the nvfp4 recipe; draft_prepass.py: DraftAttention2);
+tested bit for bit against lowbit_video.formats through them.
 """
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _grid_round_f64(a, lo_exp: tl.constexpr, shift: tl.constexpr):
-    """RNE of a >= 0 (fp64) onto a floating-point grid whose step at a is 2^(max(E, lo_exp) − shift),
-    E = floor(log2 a): one add-and-subtract of C = 2^(max(E, lo_exp) − shift + 52), whose ulp is that step
-    and whose significand is even (ties go to the even grid point)."""
-    e = ((a.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1023
-    c = ((tl.maximum(e, lo_exp) - shift + 52 + 1023) << 52).to(tl.float64, bitcast=True)
-    return (a + c) - c
+from ._core import e4m3_round
 
 
 @triton.jit
-def e4m3_rne_f64(t):
-    """|t| RNE onto E4M3 (step 2^(E−3), subnormal step 2^−9), saturating at 448; sign kept."""
-    r = tl.minimum(_grid_round_f64(tl.abs(t), -6, 3), 448.0)
-    return tl.where(t < 0, -r, r)
+def round_to_int(t):
+    """(c, cf): RNE of fp32 t (|t| < 2^22) as int32 and as fp32, by adding 1.5·2^23 and reading the sum's low bits."""
+    y = t + 12582912.0
+    return y.to(tl.int32, bitcast=True) - 0x4B400000, y - 12582912.0
+
+
+# Scales below this are brought into range first (x and s times 2^100, exact): above it 1/s is finite and the
+# products (c ± ½)·s and the E4M3 midpoints times s are multiples of 2^-149 or coarser, so an FMA's single
+# rounding keeps the sign and the zero of (midpoint − x)
+SMALLEST_FP32_PATH_SCALE = tl.constexpr(2.0 ** -100)
+
+
+# The CPU interpreter's tl.fma rounds twice (numpy's a * b + c in fp32); the exact-sign comparisons below then
+# use fp64 there instead (the product exact in fp64, one rounding of the sum: the same sign and zero)
+EMULATE_FMA = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def e2m1_rne_f64(t):
-    """|t| RNE onto E2M1 {0, .5, 1, 1.5, 2, 3, 4, 6} (step 2^(max(E, 0) − 1)), saturating at 6; sign kept."""
-    r = tl.minimum(_grid_round_f64(tl.abs(t), 0, 1), 6.0)
-    return tl.where(t < 0, -r, r)
+def fma_exact(a, b, c, EMULATE: tl.constexpr):
+    if EMULATE:
+        return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
+    else:
+        return tl.fma(a, b, c)
 
 
 @triton.jit
-def nvfp4_rows_exact(x, so, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """E2M1·s_b (fp32, exact) of x (ROWS, COLS) (16-bit or fp32 values) in blocks of 16 along COLS, outer
-    scale so (fp64 scalar); bit-exact against formats.nvfp4 for inputs of at most 24 significant bits (an
-    fp64 input could sit within 2^-53 of a midpoint, where the reference's rounded quotient may tie). Per block, s_b from one fp64 quotient rounded once onto E4M3; per element no
-    division: RNE(|x| / step) onto E2M1 is the number of grid midpoints m·step below |x| (m = 0.25, 0.75,
-    1.25, 1.75, 2.5, 3.5, 5; ties at 0.75, 1.75 and 3.5 go up, to the even neighbour, the others down),
-    each m·step exact in fp64 (≤ 3 + 4 + 24 significant bits) and compared exactly with |x|."""
+def rne_int_exact32(xf, s, EMULATE_FMA: tl.constexpr):
+    """RNE(x / s) as int32 for x exact in fp32 (16-bit or fp32 inputs), |x| <= 127.5·s, and an fp32 scale s per row
+    (>= SMALLEST_FP32_PATH_SCALE), without fp64: the candidate c from the fp32 quotient (within one of the answer,
+    and within ±127 since the exact quotient's RNE is), then the signs of (c ± ½)·s − x, each one FMA (exact
+    product, one rounding: the sign and the zero are the exact difference's, a nonzero multiple of 2^-149 never
+    rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0 ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the
+    round-half-even corrections are one integer compare each. The codes of `_fix_by_fp64_midpoints` without
+    its fp64 products and compares (fp64 runs at half rate)."""
+    c, cf = round_to_int(xf * (1.0 / s)[:, None])
+    sb = s[:, None]
+    above = fma_exact(cf + 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd c): round up
+    below = fma_exact(cf - 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd c): round down
+    odd = c & 1
+    return c + (above < odd).to(tl.int32) - (below > -odd).to(tl.int32)
+
+
+@triton.jit
+def e4m3_code(e):
+    """The magnitude code of an E4M3 grid value e >= 0 (fp32), from its fp32 bits."""
+    bits = e.to(tl.int32, bitcast=True)
+    return tl.where(e >= 0.015625, (((bits >> 23) - 120) << 3) | ((bits >> 20) & 7), (e * 512.0).to(tl.int32))
+
+
+@triton.jit
+def e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
+    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
+    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64: the candidate e from the
+    fp32 quotient (within one step), then the signs of m·s − |x| for the midpoints m to the neighbouring grid
+    values, one FMA each (m has at most 5 significant bits: exact product, one rounding, so the sign and the zero
+    are the exact difference's), read as int32 bits as in `rne_int_exact32`; ties to the even code. The midpoints
+    come from e's bits: half a step 2^(E − 4) above, and below too unless e is a power of two above 2^-6 (then
+    the step below is half as wide); steps of 2^-9 on the subnormals."""
+    a = tl.abs(xf)
+    e = e4m3_round(tl.minimum(a * (1.0 / s), 448.0))  # the candidate, on the grid
+    k = e4m3_code(e)
+    bits = e.to(tl.int32, bitcast=True)
+    half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
+    low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
+    above = fma_exact(e + half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd k): one code up
+    below = fma_exact(e - low_half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd k): one code down
+    odd = k & 1
+    k += (above < odd).to(tl.int32) - ((below > -odd) & (k > 0)).to(tl.int32)
+    return tl.where(xf < 0, k | 0x80, k)
+
+
+@triton.jit
+def nvfp4_block_scale(amax, so, EMULATE_FMA: tl.constexpr):
+    """s_b = E4M3_RNE(amax / (6·so)) (fp32 values on the grid, saturating at 448) for block maxima amax >= 0
+    and an fp32 outer scale so (>= SMALLEST_FP32_PATH_SCALE), as formats.nvfp4 computes it from the fp64
+    quotient (which no fp64 rounding moves onto an E4M3 midpoint: the gap is at least 2^-33 relative), without
+    a division: the candidate from an fp32 quotient (within one step), then, as `e4m3_exact32`, the signs of
+    (m·6)·so − amax for the midpoints m next to it (m·6 exact: ≤ 5 + 2 significant bits); ties to even."""
+    e = e4m3_round(tl.minimum(amax * (1.0 / (6.0 * so)), 448.0))
+    bits = e.to(tl.int32, bitcast=True)
+    half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
+    low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
+    above = fma_exact((e + half) * 6.0, so, -amax, EMULATE_FMA).to(tl.int32, bitcast=True)
+    below = fma_exact((e - low_half) * 6.0, so, -amax, EMULATE_FMA).to(tl.int32, bitcast=True)
+    odd = e4m3_code(e) & 1
+    up = (above < odd) & (e < 448.0)
+    down = (below > -odd) & (e > 0)
+    return tl.where(up, e + 2.0 * half, tl.where(down, e - 2.0 * low_half, e))
+
+
+@triton.jit
+def _below(sb, m: tl.constexpr, so, na, TIE_UP: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """1 where the midpoint m·s_b·so lies below |x| (= −na), or on it when a tie rounds up; else 0 (int32). The
+    difference (m·s_b)·so − |x| read as int32 bits: d < 0 ⇔ bits < 0, d <= 0 ⇔ bits <= 0 (an exact 0 is +0)."""
+    d = fma_exact((sb * m)[:, :, None], so, na, EMULATE_FMA).to(tl.int32, bitcast=True)
+    if TIE_UP:
+        return (d <= 0).to(tl.int32)
+    else:
+        return (d < 0).to(tl.int32)
+
+
+@triton.jit
+def nvfp4_rows_exact(x, so, ROWS: tl.constexpr, COLS: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """E2M1·s_b (fp32, exact) of x (ROWS, COLS) (values exact in fp32: 16-bit or fp32 inputs) in blocks of 16
+    along COLS, outer scale so (fp32 scalar, at least SMALLEST_FP32_PATH_SCALE: callers bring a smaller one and
+    x into range by 2^100); bit-exact against formats.nvfp4. Per block s_b (`nvfp4_block_scale`); per
+    element no division: RNE(|x| / (s_b·so)) onto E2M1 is the number of grid midpoints m below
+    |x| in units of s_b·so (m = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5; ties at 0.75, 1.75 and 3.5 go up, to the
+    even neighbour, the others down). Each compare is the sign of (m·s_b)·so − |x|, one FMA: m·s_b is exact in
+    fp32 (≤ 3 + 4 significant bits), the FMA's product exact, and the difference a multiple of 2^-149 (m·s_b ≥
+    2^-11, so ≥ 2^-100), so its single rounding keeps the sign and the zero."""
     xb = tl.reshape(x, (ROWS, COLS // 16, 16))
-    amax = tl.max(tl.abs(xb), axis=2).to(tl.float64)
-    sb = e4m3_rne_f64(amax / (6.0 * so))
-    st = (sb * so)[:, :, None]
-    a = tl.abs(xb).to(tl.float64)
-    n = ((a > 0.25 * st).to(tl.int32) + (a >= 0.75 * st).to(tl.int32) + (a > 1.25 * st).to(tl.int32)
-         + (a >= 1.75 * st).to(tl.int32) + (a > 2.5 * st).to(tl.int32) + (a >= 3.5 * st).to(tl.int32)
-         + (a > 5.0 * st).to(tl.int32))
+    a = tl.abs(xb)
+    sb = nvfp4_block_scale(tl.max(a, axis=2), so, EMULATE_FMA)
+    na = -a
+    n = _below(sb, 0.25, so, na, False, EMULATE_FMA) + _below(sb, 0.75, so, na, True, EMULATE_FMA)
+    n += _below(sb, 1.25, so, na, False, EMULATE_FMA) + _below(sb, 1.75, so, na, True, EMULATE_FMA)
+    n += _below(sb, 2.5, so, na, False, EMULATE_FMA) + _below(sb, 3.5, so, na, True, EMULATE_FMA)
+    n += _below(sb, 5.0, so, na, False, EMULATE_FMA)
     e = tl.where(n <= 4, n.to(tl.float32) * 0.5, tl.where(n == 5, 3.0, tl.where(n == 6, 4.0, 6.0)))
     e = tl.where(sb[:, :, None] > 0, e, 0.0)  # a block scale that rounds to 0: all-zero block
-    val = e * sb.to(tl.float32)[:, :, None]
+    val = e * sb[:, :, None]
     return tl.reshape(tl.where(xb < 0, -val, val), (ROWS, COLS))

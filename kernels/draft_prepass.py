@@ -5,16 +5,15 @@ descriptors (mean and max per region) — the seed's "fused operand preparation"
 Exact against the reference engine (lowbit_video/attention/draft_exec.py `prepare_operands`,
 lowbit_video/draft/scores.py `pool_regions`), which is what tests/test_kernels_draft.py checks bit for bit:
 - INT8 Q/K, one scale per region block (block × head_dim values): s = fl32(amax / 127) from an fp64
-  quotient (Triton's fp32 `/` is not correctly rounded), codes RNE(x / s) clamped to ±127, decided
-  exactly without a per-element division (`_int_rne_exact`: fp32 guess, exact fp64 midpoint check).
+  quotient (Triton's fp32 `/` is not correctly rounded), codes RNE(x / s) clamped to ±127.
 - FP8 V, one scale per channel over all video tokens: s = fl32(amax / 448) (computed in torch, fp64),
-  codes E4M3_RNE(v / s) with the quotient and the rounding in fp64.
+  codes E4M3_RNE(v / s).
 - NVFP4 Q/K along head_dim and V along (packed) tokens, blocks of 16, outer scale per (batch, head)
-  s_o = fl32(amax / 2688): s_b = E4M3_RNE(amax_b / (6·s_o)) from an fp64 quotient rounded once onto the
-  grid in fp64 (an fp32 intermediate would round twice), elements E2M1_RNE(x / (s_b·s_o)) by exact
-  comparisons with the grid midpoints (`_nvfp4_rows`; per-element fp64 divisions made the pass 25 ms at
-  wan-720p).
-  Stored as E2M1·s_b in fp16 (exact: ≤ 6 significant bits, multiples of 2^−10 up to 2688).
+  s_o = fl32(amax / 2688): s_b = E4M3_RNE(amax_b / (6·s_o)), elements E2M1_RNE(x / (s_b·s_o)). Stored as
+  E2M1·s_b in fp16 (exact: ≤ 6 significant bits, multiples of 2^−10 up to 2688).
+- Every code and block scale without a division per element, in fp32 (kernels/_rounding.py): a candidate from an
+  fp32 quotient and the signs of (midpoint · scale − x), one FMA each, which are the exact ones. Scales below
+  2^-100 are brought into that path's range with x by 2^100 first (exact).
 - Pooling: the sum of a region's real tokens in fp64 (exact for 16-bit inputs whose exponents span
   < 2^45, so the order of summation does not matter) over the real-token count; the max over real tokens.
 Padding slots are zero in every operand, as in the engine.
@@ -26,24 +25,17 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rounding import e4m3_rne_f64, nvfp4_rows_exact
+from ._rounding import EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, nvfp4_rows_exact, rne_int_exact32
 
 
 @triton.jit
-def _int_rne_exact(x, s, QMAX: tl.constexpr):
-    """RNE(x / s) clamped to ±QMAX, exactly, without a per-element division: a guess from an fp32 multiply
-    by 1/s (off by at most one near a midpoint), then one exact correction against the midpoints
-    (c ± 0.5)·s in fp64 (≤ 9 + 24 significant bits), ties to the even code. x fp32 (16-bit values), s fp32."""
-    c = x * (1.0 / s)
-    c = (c + 12582912.0) - 12582912.0  # RNE to an integer (1.5·2^23)
-    x64 = x.to(tl.float64)
-    s64 = s.to(tl.float64)
-    lo = (c.to(tl.float64) - 0.5) * s64
-    hi = (c.to(tl.float64) + 0.5) * s64
-    odd = (c.to(tl.int32) & 1) != 0
-    c = tl.where((x64 < lo) | ((x64 == lo) & odd), c - 1.0, c)
-    c = tl.where((x64 > hi) | ((x64 == hi) & odd), c + 1.0, c)
-    return tl.minimum(tl.maximum(c, -QMAX * 1.0), QMAX * 1.0)
+def _in_fp32_range(x, s):
+    """(x, s) times 2^100 where the scale s (a scalar) is below the fp32 path's range, else as they are: exact,
+    and every quotient x / s unchanged."""
+    if s < SMALLEST_FP32_PATH_SCALE:
+        x = x * 2.0 ** 100
+        s = s * 2.0 ** 100
+    return x, s
 
 
 @triton.jit
@@ -61,45 +53,52 @@ def _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh,
 
 
 @triton.jit
-def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PMEAN, PMAX, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
-                     D: tl.constexpr, BLOCK: tl.constexpr):
-    """One (region block, b·h): packed 16-bit copy, INT8 per block, NVFP4 along head_dim, pooled mean/max."""
+def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PSUM, PMAX, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
+                     D: tl.constexpr, BLOCK: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """One (region block, b·h): packed 16-bit copy, INT8 per block, NVFP4 along head_dim, pooled sum/max."""
     pid_r = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
     out = pid_bh.to(tl.int64) * (R * BLOCK * D) + slots[:, None] * D + cols[None, :]
     tl.store(X16 + out, x)
     xf = x.to(tl.float32)  # exact: 16-bit inputs
-    # pooled draft descriptors (padding never enters a mean or a maximum)
-    count = tl.sum(real.to(tl.float64), axis=0)
+    # pooled draft descriptors (padding never enters a sum or a maximum): the sum here, the mean's division by
+    # the real-token count in torch afterwards (in here each thread would divide every column it holds a replica of)
     pool = pid_bh.to(tl.int64) * (R * D) + pid_r * D + cols
-    tl.store(PMEAN + pool, tl.sum(xf.to(tl.float64), axis=0) / count)
+    tl.store(PSUM + pool, tl.sum(xf.to(tl.float64), axis=0))
     tl.store(PMAX + pool, tl.max(tl.where(real[:, None], xf, float("-inf")), axis=0).to(tl.float64))
-    # INT8, one scale per region block
+    # INT8, one scale per region block (|x| <= 127·s to an ulp: the codes need no clamp)
     s8 = (tl.max(tl.max(tl.abs(xf), axis=1), axis=0).to(tl.float64) / 127.0).to(tl.float32)
     s8 = tl.where(s8 > 0, s8, 1.0)
-    tl.store(X8 + out, _int_rne_exact(xf, s8, 127).to(tl.int8))
+    x8, sq = _in_fp32_range(xf, s8)
+    tl.store(X8 + out, rne_int_exact32(x8, tl.full([BLOCK], 1.0, tl.float32) * sq, EMULATE_FMA).to(tl.int8))
     tl.store(S8 + pid_bh * R + pid_r, s8)
-    # NVFP4 along head_dim
-    so = tl.load(S4 + pid_bh).to(tl.float64)
-    tl.store(X4 + out, nvfp4_rows_exact(xf, so, BLOCK, D).to(tl.float16))
+    # NVFP4 along head_dim (the E2M1·s_b values do not depend on the range scaling)
+    x4, so = _in_fp32_range(xf, tl.load(S4 + pid_bh))
+    tl.store(X4 + out, nvfp4_rows_exact(x4, so, BLOCK, D, EMULATE_FMA).to(tl.float16))
 
 
 @triton.jit
 def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
-                    D: tl.constexpr, BLOCK: tl.constexpr):
-    """One (region block, b·h) of V: packed 16-bit copy; FP8 per channel and NVFP4 along tokens, transposed."""
+                    D: tl.constexpr, BLOCK: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """One (region block, b·h) of V: packed 16-bit copy; FP8 per channel (E4M3 codes as bytes into V8T) and
+    NVFP4 along tokens, transposed."""
     pid_r = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, real, slots, cols = _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh, D, BLOCK)
     base = pid_bh.to(tl.int64) * (R * BLOCK * D)
     tl.store(V16 + base + slots[:, None] * D + cols[None, :], x)
-    xt = tl.trans(x.to(tl.float64))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
+    xt = tl.trans(x.to(tl.float32))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
     outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
-    t = xt / tl.load(VS8 + pid_bh * D + cols).to(tl.float64)[:, None]
-    tl.store(V8T + outt, e4m3_rne_f64(t).to(tl.float32).to(tl.float8e4nv))  # exact cast (on the grid)
-    so = tl.load(S4 + pid_bh).to(tl.float64)
-    tl.store(V4T + outt, nvfp4_rows_exact(tl.trans(x.to(tl.float32)), so, D, BLOCK).to(tl.float16))
+    sv = tl.load(VS8 + pid_bh * D + cols)
+    x8 = xt
+    if tl.min(sv, axis=0) < SMALLEST_FP32_PATH_SCALE:  # channels below the fp32 path's range: times 2^100, exact
+        f = tl.where(sv < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
+        sv = sv * f
+        x8 = xt * f[:, None]
+    tl.store(V8T + outt, e4m3_exact32(x8, sv[:, None], EMULATE_FMA).to(tl.uint8))
+    x4, so = _in_fp32_range(xt, tl.load(S4 + pid_bh))
+    tl.store(V4T + outt, nvfp4_rows_exact(x4, so, D, BLOCK, EMULATE_FMA).to(tl.float16))
 
 
 def _bhnd(t: torch.Tensor, layout: str):
@@ -148,21 +147,23 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
 
     out = {"s4": s4, "vs8": vs8}
     grid = (regions, BH)
+    real = (gather32.view(regions, block) >= 0).sum(dim=-1).to(torch.float64)[:, None]  # real tokens per block
     for name, x, st in (("q", q, sq), ("k", k, sk)):
         x16 = torch.empty((BH, S, D), device=dev, dtype=x.dtype)
         x8 = torch.empty((BH, S, D), device=dev, dtype=torch.int8)
         s8 = torch.empty((BH, regions), device=dev, dtype=torch.float32)
         x4 = torch.empty((BH, S, D), device=dev, dtype=torch.float16)
-        pmean = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
+        psum = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
         pmax = torch.empty((B, H, regions, D), device=dev, dtype=torch.float64)
         _draft_qk_kernel[grid](x, gather32, s4[:, 0 if name == "q" else 1].contiguous(), x16, x8, s8, x4,
-                               pmean, pmax, *st, H, prefix, regions, D=D, BLOCK=block, num_warps=num_warps)
+                               psum, pmax, *st, H, prefix, regions, D=D, BLOCK=block, EMULATE_FMA=EMULATE_FMA,
+                               num_warps=num_warps)
         out.update({f"{name}16": x16, f"{name}8": x8, f"{name}s8": s8, f"{name}4": x4,
-                    f"{name}_mean": pmean, f"{name}_max": pmax})
+                    f"{name}_mean": psum.div_(real), f"{name}_max": pmax})
     v16 = torch.empty((BH, S, D), device=dev, dtype=v.dtype)
     v8t = torch.empty((BH, D, S), device=dev, dtype=torch.float8_e4m3fn)
     v4t = torch.empty((BH, D, S), device=dev, dtype=torch.float16)
-    _draft_v_kernel[grid](v, gather32, vs8, s4[:, 2].contiguous(), v16, v8t, v4t, *sv, H, prefix, regions,
-                          D=D, BLOCK=block, num_warps=num_warps)
+    _draft_v_kernel[grid](v, gather32, vs8, s4[:, 2].contiguous(), v16, v8t.view(torch.uint8), v4t, *sv, H, prefix,
+                          regions, D=D, BLOCK=block, EMULATE_FMA=EMULATE_FMA, num_warps=num_warps)
     out.update(v16=v16, v8t=v8t, v4t=v4t)
     return out

@@ -295,18 +295,24 @@ def _bounds_kernel(A, HIST, STATE, BOUND, EQCNT, R, N, T0, T1, T2, ROWS: tl.cons
 
 @triton.jit
 def _store_plan(c, cols, inb, IDX, CNT, row, R):
-    """A row's retained key blocks grouped by phase, each in column order, then zeros; their counts."""
-    off = 0
-    for p in tl.static_range(3):
-        code = 4 if p == 0 else (8 if p == 1 else 16)
-        m = (c == code) & inb
-        mi = m.to(tl.int32)
-        pos = tl.cumsum(mi, axis=0) - 1 + off
-        tl.store(IDX + row.to(tl.int64) * R + pos, cols, mask=m)
-        n = tl.sum(mi, axis=0)
-        tl.store(CNT + row * 3 + p, n)
-        off += n
-    tl.store(IDX + row.to(tl.int64) * R + cols, tl.zeros_like(cols), mask=inb & (cols >= off))
+    """A row's retained key blocks grouped by phase, each in column order, then zeros; their counts. One scan:
+    the three phases' running counts packed into 21-bit fields of an int64."""
+    m4 = (c == 4) & inb
+    m8 = (c == 8) & inb
+    m16 = (c == 16) & inb
+    packed = m4.to(tl.int64) | (m8.to(tl.int64) << 21) | (m16.to(tl.int64) << 42)
+    run = tl.cumsum(packed, axis=0)  # inclusive
+    tot = tl.sum(packed, axis=0)
+    n4 = (tot & 0x1FFFFF).to(tl.int32)
+    n8 = ((tot >> 21) & 0x1FFFFF).to(tl.int32)
+    n16 = (tot >> 42).to(tl.int32)
+    pos = tl.where(m4, run & 0x1FFFFF, tl.where(m8, n4 + ((run >> 21) & 0x1FFFFF), n4 + n8 + (run >> 42))) - 1
+    base = IDX + row.to(tl.int64) * R
+    tl.store(base + pos, cols, mask=m4 | m8 | m16)
+    tl.store(CNT + row * 3, n4)
+    tl.store(CNT + row * 3 + 1, n8)
+    tl.store(CNT + row * 3 + 2, n16)
+    tl.store(base + cols, tl.zeros_like(cols), mask=inb & (cols >= n4 + n8 + n16))
 
 
 @triton.jit
@@ -325,21 +331,28 @@ def _route_plan_kernel(A, BOUND, EQCNT, CODES, IDX, CNT, R, N, T0, T1, T2, RP: t
     r = row - bh * R
     cols = tl.arange(0, RP)
     inb = cols < R
-    key = _key(tl.load(A + row.to(tl.int64) * R + cols, mask=inb, other=0.0))
+    a = tl.load(A + row.to(tl.int64) * R + cols, mask=inb, other=0.0)
     c = tl.zeros([RP], tl.int32)
     for j in tl.static_range(3):  # the 4-bit boundary first: a higher precision's (smaller) top set overrides
         k = 2 - j
         t = T0 if k == 0 else (T1 if k == 1 else T2)
         st = BOUND + bh * (4 * SLOTS) + k
         v, depth, rem, cnt = tl.load(st), tl.load(st + SLOTS), tl.load(st + 2 * SLOTS), tl.load(st + 3 * SLOTS)
-        hi = key >> (64 - 8 * tl.maximum(depth, 1))  # the bytes the select resolved (all 8 unless settled earlier)
-        eq = (hi == v) & inb
-        ei = eq.to(tl.int32)
-        # rank among the equal scores in row-major order: the rows above (only needed on a straddle: otherwise
-        # every equal score is taken) plus those before the pair in its row
-        above = tl.sum(tl.load(EQCNT + (bh * R + cols) * SLOTS + k, mask=(cols < r) & (rem < cnt), other=0), 0)
-        rank = above + tl.cumsum(ei, 0) - ei
-        top = (hi > v) | (eq & (rank < rem))
+        # the scores whose resolved bytes (all 8 unless settled earlier) equal v's lie in [lo, hi): bit patterns
+        # of scores >= 0 order as the scores, so two float64 compares stand for the byte compare
+        shift = 64 - 8 * tl.maximum(depth, 1)
+        lo = (v << shift).to(tl.float64, bitcast=True)
+        hi = tl.minimum((v + 1) << shift, 0x7FF0000000000000).to(tl.float64, bitcast=True)  # at most +inf
+        if rem < cnt:
+            # equal scores straddle the boundary: a pair equal to v is in iff its rank among them in row-major
+            # order is below rem: the equal pairs of the rows above plus those before it in its row
+            eq = (a >= lo) & (a < hi) & inb
+            ei = eq.to(tl.int32)
+            above = tl.sum(tl.load(EQCNT + (bh * R + cols) * SLOTS + k, mask=cols < r, other=0), 0)
+            rank = above + tl.cumsum(ei, 0) - ei
+            top = (a >= hi) | (eq & (rank < rem))
+        else:  # every score equal to v is taken
+            top = a >= lo
         top = (t >= N) | ((t > 0) & top)
         c = tl.where(top & inb, 4 if k == 2 else (8 if k == 1 else 16), c)
     tl.store(CODES + row.to(tl.int64) * R + cols, c.to(tl.int8), mask=inb)

@@ -24,7 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rounding import nvfp4_rows_exact
+from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, nvfp4_rows_exact, rne_int_exact32,
+                        round_to_int)
 
 from ._core import RULE_IDS, _pow2, e2m1_round, e4m3_round, mx_exponent
 
@@ -332,13 +333,6 @@ def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
 
 
 @triton.jit
-def _round_to_int(t):
-    """(c, cf): RNE of fp32 t (|t| < 2^22) as int32 and as fp32, by adding 1.5·2^23 and reading the sum's low bits."""
-    y = t + 12582912.0
-    return y.to(tl.int32, bitcast=True) - 0x4B400000, y - 12582912.0
-
-
-@triton.jit
 def _fix_by_fp64_midpoints(x64, c, s, QMAX: tl.constexpr):
     """RNE(x / s) clamped to ±QMAX as int32, for x in fp64 (x64), an fp32 scale s > 0 per row ((ROWS,)) and a
     candidate c within one of the answer (from an fp32 quotient): x compared exactly with the two midpoints
@@ -354,42 +348,6 @@ def _fix_by_fp64_midpoints(x64, c, s, QMAX: tl.constexpr):
     return tl.minimum(tl.maximum(c, -QMAX), QMAX)
 
 
-# Scales below this are brought into range first (x and s times 2^100, exact): above it 1/s is finite and the
-# products (c ± ½)·s and the E4M3 midpoints times s are multiples of 2^-149 or coarser, so an FMA's single
-# rounding keeps the sign and the zero of (midpoint − x)
-SMALLEST_FP32_PATH_SCALE = tl.constexpr(2.0 ** -100)
-
-
-# The CPU interpreter's tl.fma rounds twice (numpy's a * b + c in fp32); the exact-sign comparisons below then
-# use fp64 there instead (the product exact in fp64, one rounding of the sum: the same sign and zero)
-_EMULATE_FMA = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@triton.jit
-def _fma(a, b, c, EMULATE: tl.constexpr):
-    if EMULATE:
-        return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
-    else:
-        return tl.fma(a, b, c)
-
-
-@triton.jit
-def _rne_int_exact32(xf, s, EMULATE_FMA: tl.constexpr):
-    """RNE(x / s) as int32 for x exact in fp32 (16-bit or fp32 inputs), |x| <= 127.5·s, and an fp32 scale s per row
-    (>= SMALLEST_FP32_PATH_SCALE), without fp64: the candidate c from the fp32 quotient (within one of the answer,
-    and within ±127 since the exact quotient's RNE is), then the signs of (c ± ½)·s − x, each one FMA (exact
-    product, one rounding: the sign and the zero are the exact difference's, a nonzero multiple of 2^-149 never
-    rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0 ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the
-    round-half-even corrections are one integer compare each. The codes of `_fix_by_fp64_midpoints` without
-    its fp64 products and compares (fp64 runs at half rate)."""
-    c, cf = _round_to_int(xf * (1.0 / s)[:, None])
-    sb = s[:, None]
-    above = _fma(cf + 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd c): round up
-    below = _fma(cf - 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd c): round down
-    odd = c & 1
-    return c + (above < odd).to(tl.int32) - (below > -odd).to(tl.int32)
-
-
 @triton.jit
 def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
     """(c, near): c = RNE of the fp32 quotient xf · (1/s) clamped to ±QMAX (xf: x rounded to fp32; 1/s correctly
@@ -398,7 +356,7 @@ def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
     3·127·2^-24 < 2^-15.4 at |x / s| <= 127. Where near is false, c is the exact quotient's RNE. About one program
     in eight of 16×128 elements is near on random data."""
     t = xf * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, None]
-    c, cf = _round_to_int(t)
+    c, cf = round_to_int(t)
     near = tl.max(tl.max((tl.abs(t - cf) > 0.5 - 2.0 ** -15).to(tl.int32), axis=1), axis=0) > 0
     return tl.minimum(tl.maximum(c, -QMAX), QMAX), near
 
@@ -411,7 +369,7 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
     As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction and amax/127 in fp64, the
     scale rounded once to fp32 (fp64 div.rn, once per row, then RN to fp32: Triton's fp32 `/` is div.full, not
     correctly rounded), the codes RNE of the quotient x / fp32-scale, without a division per element (one made
-    these passes compute-bound at ~140 instructions per element): for Q by `_rne_int_exact32` (fp32, exact signs
+    these passes compute-bound at ~140 instructions per element): for Q by `rne_int_exact32` (fp32, exact signs
     from FMAs); for K, whose smoothed x is an fp64 value, from the fp32 quotient, and in the one program in eight
     where some quotient lies within 2^-15 of a midpoint corrected by `_fix_by_fp64_midpoints` (fp64 compares)."""
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
@@ -441,38 +399,9 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
         if near:
             c = _fix_by_fp64_midpoints(x64, c, sq, 127)
     else:
-        c = _rne_int_exact32(xf, sq, EMULATE_FMA)
+        c = rne_int_exact32(xf, sq, EMULATE_FMA)
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
     tl.store(SC + pid_bh * n_pad + rows, s)
-
-
-@triton.jit
-def _e4m3_code(e):
-    """The magnitude code of an E4M3 grid value e >= 0 (fp32), from its fp32 bits."""
-    bits = e.to(tl.int32, bitcast=True)
-    return tl.where(e >= 0.015625, (((bits >> 23) - 120) << 3) | ((bits >> 20) & 7), (e * 512.0).to(tl.int32))
-
-
-@triton.jit
-def _e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
-    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
-    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64: the candidate e from the
-    fp32 quotient (within one step), then the signs of m·s − |x| for the midpoints m to the neighbouring grid
-    values, one FMA each (m has at most 5 significant bits: exact product, one rounding, so the sign and the zero
-    are the exact difference's), read as int32 bits as in `_rne_int_exact32`; ties to the even code. The midpoints
-    come from e's bits: half a step 2^(E − 4) above, and below too unless e is a power of two above 2^-6 (then
-    the step below is half as wide); steps of 2^-9 on the subnormals."""
-    a = tl.abs(xf)
-    e = e4m3_round(tl.minimum(a * (1.0 / s), 448.0))  # the candidate, on the grid
-    k = _e4m3_code(e)
-    bits = e.to(tl.int32, bitcast=True)
-    half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
-    low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
-    above = _fma(e + half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd k): one code up
-    below = _fma(e - low_half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd k): one code down
-    odd = k & 1
-    k += (above < odd).to(tl.int32) - ((below > -odd) & (k > 0)).to(tl.int32)
-    return tl.where(xf < 0, k | 0x80, k)
 
 
 @triton.jit
@@ -494,7 +423,7 @@ def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, s
 @triton.jit
 def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
            OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
-    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `_e4m3_exact32`), written transposed
+    """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `e4m3_exact32`), written transposed
     as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER."""
     b = pid_bh // H
     h = pid_bh % H
@@ -511,7 +440,7 @@ def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl
         f = tl.where(sv < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
         sv = sv * f
         x = x * f[:, None]
-    code = _e4m3_exact32(x, sv[:, None], EMULATE_FMA)
+    code = e4m3_exact32(x, sv[:, None], EMULATE_FMA)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
 
@@ -641,14 +570,14 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     n_q_progs = pad_q // rows
     _sage_q_and_stats_kernel[(n_q_progs + chunks, BH)](
         q, k, v, qc, qs, kpart, vpart, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout),
-        H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=_EMULATE_FMA,
+        H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=EMULATE_FMA,
         num_warps=warps)
     _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
     if v_warps != warps:
         raise AssertionError("SAGE_ROWS and SAGE_V_TOKENS name the warps of one launch: they must agree")
     _sage_kv_codes_kernel[(pad_k // rows + pad_k // tb, BH)](
         k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
-        pad_k, pad_k // rows, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=_EMULATE_FMA,
+        pad_k, pad_k // rows, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
         num_warps=warps)
     return qc, qs, kc, ks, vt, sv
 
@@ -875,19 +804,22 @@ def _nvfp4_unscaled(x64: torch.Tensor, axis: int, outer_scale):
 
 @triton.jit
 def _nvfp4_tile_kernel(X, SO, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, ROWS: tl.constexpr,
-                       ALONG_TOKENS: tl.constexpr):
+                       ALONG_TOKENS: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """ROWS tokens of one (batch, head) -> E2M1·s_b in fp16 (exact), outer scale SO (1 element): blocks of 16
     along head_dim into OUT (B·H, n_pad, D), or (ALONG_TOKENS) along tokens into OUT (B·H, D, n_pad)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
     x = x.to(tl.float32)  # exact: inputs of <= 24 bits
-    so = tl.load(SO).to(tl.float64)
+    so = tl.load(SO)
+    if so < SMALLEST_FP32_PATH_SCALE:  # x and so times 2^100 (exact; the E2M1·s_b values are unchanged)
+        x = x * 2.0 ** 100
+        so = so * 2.0 ** 100
     if ALONG_TOKENS:
-        e = nvfp4_rows_exact(tl.trans(x), so, D, ROWS)
+        e = nvfp4_rows_exact(tl.trans(x), so, D, ROWS, EMULATE_FMA)
         tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + rows[None, :], e.to(tl.float16))
     else:
-        e = nvfp4_rows_exact(x, so, ROWS, D)
+        e = nvfp4_rows_exact(x, so, ROWS, D, EMULATE_FMA)
         tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], e.to(tl.float16))
 
 
@@ -909,7 +841,8 @@ def _nvfp4_prepass_triton(q, k, v, layout, spec, B, H, Nq, Nk, D, pad_q, pad_k):
         shape = (B * H, D, pad) if along else (B * H, pad, D)
         t = torch.empty(shape, device=dev, dtype=torch.float16)
         _nvfp4_tile_kernel[(pad // NVFP4_GROUP, B * H)](x, so, t, *_bhnd_strides(x, layout), H, n, pad, D=D,
-                                                        ROWS=NVFP4_GROUP, ALONG_TOKENS=along, num_warps=8)
+                                                        ROWS=NVFP4_GROUP, ALONG_TOKENS=along,
+                                                        EMULATE_FMA=EMULATE_FMA, num_warps=8)
         out += [t, so]
     (qq, qs), (kk, ks), (vt, vs) = out[0:2], out[2:4], out[4:6]
     qm = torch.zeros((B * H, pad_q // NVFP4_GROUP, D), device=dev, dtype=torch.float32)

@@ -64,6 +64,19 @@ def make_qkv(geo, b, h, d, *, dtype, device="cpu", seed=0, outliers=False, ties=
         for t in (q, k):
             t[..., ::16] = 6.0
             t[..., -1, 0] = 42.0  # a video token (the prefix is not quantized)
+    elif ties == "nvfp4-scale":
+        # tensor amax 42 -> outer scale 1/64 exactly; block maxima m·6/64 for E4M3 midpoints m (normal, subnormal,
+        # ties to either side): amax / (6·s_o) = m exactly, the block scale's own tie
+        mids = torch.tensor([1.0625, 1.1875, 0.5 * 1.0625, 0.015625 * 1.0625, 1.5 * 2.0**-9, 2.5 * 2.0**-9, 13.5])
+        amax = (mids * 6 / 64)
+        q, k = ((t.abs() / t.abs().amax(-1, keepdim=True).clamp(min=1e-3)) for t in (q, k))
+        for t in (q, k):
+            blocks = t.view(*t.shape[:-1], -1, 16)
+            blocks *= amax[torch.arange(blocks.shape[-2]) % len(mids)][:, None]
+            blocks[..., 0] = amax[torch.arange(blocks.shape[-2]) % len(mids)]
+            t[..., -1, 0] = 42.0
+        v = amax[torch.arange(d) % len(mids)].expand(v.shape).clone()  # every 16-token block of channel c: max m_c
+        v[..., -1, 0] = 42.0
     return tuple(t.to(dtype).to(device) for t in (q, k, v))
 
 
@@ -265,6 +278,7 @@ _SCRIPT = textwrap.dedent(
     res = {{"prepass": t.check_prepass("cpu", torch.float16), "prepass_bf16": t.check_prepass("cpu", torch.bfloat16),
            "prepass_ties8": t.check_prepass("cpu", torch.bfloat16, ties="int8"),
            "prepass_ties4": t.check_prepass("cpu", torch.bfloat16, ties="nvfp4"),
+           "prepass_ties4s": t.check_prepass("cpu", torch.bfloat16, ties="nvfp4-scale"),
            "phases": t.check_phases("cpu", torch.float16),
            "phases_bnhd_d128": t.check_phases("cpu", torch.float16, d=128, h=1, prefix=0, layout="BNHD", width=9),
            "routing": t.check_routing("cpu", torch.float16), "plan": t.check_plan("cpu"),
@@ -278,7 +292,7 @@ _SCRIPT = textwrap.dedent(
 @interpreter_kernels
 def test_draft_kernel_under_triton_interpreter_on_cpu():
     res = run_interpreted(_SCRIPT.format(tests=str(REPO / "tests")), timeout=900)
-    for key in ("prepass", "prepass_bf16", "prepass_ties8", "prepass_ties4"):
+    for key in ("prepass", "prepass_bf16", "prepass_ties8", "prepass_ties4", "prepass_ties4s"):
         assert all(n == 0 for n in res[key].values()), (key, res[key])
     assert_phases(res["phases"], torch.float16)
     assert_phases(res["phases_bnhd_d128"], torch.float16)
@@ -343,7 +357,7 @@ def test_boundary_rule_equals_engine_allocation():
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_draft_prepass_bit_exact_on_gpu(dtype):
-    for ties in (False, "int8", "nvfp4"):
+    for ties in (False, "int8", "nvfp4", "nvfp4-scale"):
         bad = check_prepass("cuda", dtype, d=128, ties=ties)
         assert all(n == 0 for n in bad.values()), (ties, bad)
 
