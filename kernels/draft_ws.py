@@ -12,11 +12,13 @@ order (the packed slots' `gather`), in the input dtype. The two warpgroups run o
 runs under the other's MMAs.
 
 Numerics are `_core.draft_fwd`'s, phase by phase, on the same pre-pass operands; only fp32 rounding order may
-differ (a block's INT8 key scale folded into the exp2 factor, row sums as a tree, the 16-bit product accumulated
-in the MMA):
+differ (a block's INT8 key scale folded into the exp2 factor, row sums as a tree, the 16-bit products accumulated
+in the MMA), and NVFP4's quotient P̃ / s_b, which both kernels form in fp32 (here P̃ times MUFU.RCP's reciprocal,
+within 1 ulp; an element flips only within fp32 rounding of an E2M1 midpoint):
 - NVFP4 (Hopper has no FP4 MMA): Q̂, K̂, V̂ are E2M1·s_b in fp16 (exact), so QKᵀ and P̂·V̂ are fp16 MMAs, at
-  the 16-bit rate; P̃ is quantized in registers per 16 keys (block maximum, E4M3 block scale, E2M1 rounding:
-  about twice the 16-bit phase's ALU work per score), then V's outer scale per tile.
+  the 16-bit rate, P̂·V̂ accumulated by the MMA in units of V's outer scale, applied once after the phase (the
+  first, on a zero accumulator); P̃ is quantized in registers per 16 keys (`_nvfp4_p`: block maximum, E4M3 block
+  scale, E2M1 rounding, then the saturation and the product with s_b on fp16 pairs, exact).
 - INT8/FP8: exact INT8 QKᵀ (int32) times the block scales, P̃·448 cast to E4M3 (RNE), FP8 P̂·V̂ into a
   zeroed fp32 tile (the per-tile promotion) times V's channel scales / 448.
 - 16 bit: the input dtype's MMAs, P̃ rounded to it (the prefix keys likewise, the ragged last tile masked).
@@ -24,9 +26,9 @@ Padding key slots (past a region block's real-token count, always a block's tail
 
 Cost per 64×64 key tile and warpgroup (offline SASS, Triton 3.6, head_dim 128, bf16:
 `python benchmarks/sass_key_loop.py draft`): 16-bit 372 instructions,
-INT8/FP8 492 (the int → float conversion of the logits and the FP8 P̂'s move into the operand layout), NVFP4 878
-(the per-16-key quantization of P̃ on top of 16-bit MMAs). Measured at wan-720p an NVFP4 pair costs 1.7× a
-16-bit one, an INT8/FP8 pair 0.86× (results/kernels-h200.md): Hopper's missing FP4 MMA is paid in ALU
+INT8/FP8 492 (the int → float conversion of the logits and the FP8 P̂'s move into the operand layout), NVFP4 686
+(the per-16-key quantization of P̃ on top of 16-bit MMAs). Measured at wan-720p an NVFP4 pair costs 1.44× a
+16-bit one, an INT8/FP8 pair 0.79× (results/kernels-h200.md): Hopper's missing FP4 MMA is paid in ALU
 instructions, not saved in tensor time.
 """
 
