@@ -3,8 +3,8 @@
 A code is the RNE of the exact quotient x / s; it is found from an fp32 candidate (the quotient by a multiply
 with 1/s, within one grid step of the answer) and the signs of (midpoint · s − x) for the grid midpoints next
 to it, or against every midpoint of a short grid: one fp32 FMA each, whose exact product and single rounding
-keep the sign and the zero of the exact difference. Scale rounding (once per block or row) stays in fp64 where
-the reference rounds an fp64 quotient once.
+keep the sign and the zero of the exact difference. NVFP4's block scales are found the same way; the INT8 and
+FP8 scales (one per row, block or channel) the callers round once from an fp64 quotient, as the reference does.
 
 Shared by the operand pre-passes (prepass.py: sage2, the nvfp4 recipe; draft_prepass.py: DraftAttention2);
 tested bit for bit against lowbit_video.formats through them.
@@ -40,6 +40,7 @@ EMULATE_FMA = os.environ.get("TRITON_INTERPRET") == "1"
 
 @triton.jit
 def fma_exact(a, b, c, EMULATE: tl.constexpr):
+    """a·b + c with one rounding (the exact-sign comparisons' primitive); in fp64 under the interpreter."""
     if EMULATE:
         return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
     else:
@@ -53,7 +54,7 @@ def rne_int_exact32(xf, s, EMULATE_FMA: tl.constexpr):
     and within ±127 since the exact quotient's RNE is), then the signs of (c ± ½)·s − x, each one FMA (exact
     product, one rounding: the sign and the zero are the exact difference's, a nonzero multiple of 2^-149 never
     rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0 ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the
-    round-half-even corrections are one integer compare each. The codes of `_fix_by_fp64_midpoints` without
+    round-half-even corrections are one integer compare each. The codes of prepass.py's `_fix_by_fp64_midpoints` without
     its fp64 products and compares (fp64 runs at half rate)."""
     c, cf = round_to_int(xf * (1.0 / s)[:, None])
     sb = s[:, None]
@@ -86,7 +87,7 @@ def e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
     half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
     low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
     above = fma_exact(e + half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd k): one code up
-    below = fma_exact(e - low_half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd k): one code down
+    below = fma_exact(e - low_half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0, odd k): one code down
     odd = k & 1
     k += (above < odd).to(tl.int32) - ((below > -odd) & (k > 0)).to(tl.int32)
     return tl.where(xf < 0, k | 0x80, k)
