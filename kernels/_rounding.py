@@ -33,6 +33,26 @@ def round_to_int(t):
 SMALLEST_FP32_PATH_SCALE = tl.constexpr(2.0 ** -100)
 
 
+@triton.jit
+def in_fp32_range(x, s):
+    """(x, s) times 2^100 where the scalar scale s is below SMALLEST_FP32_PATH_SCALE, else as they are: exact, and
+    every quotient x / s unchanged."""
+    if s < SMALLEST_FP32_PATH_SCALE:
+        x = x * 2.0 ** 100
+        s = s * 2.0 ** 100
+    return x, s
+
+
+@triton.jit
+def rows_in_fp32_range(x, s):
+    """`in_fp32_range` for a scale per row: s (ROWS,), x (ROWS, COLS); only rows below the range are scaled."""
+    if tl.min(s, axis=0) < SMALLEST_FP32_PATH_SCALE:
+        f = tl.where(s < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
+        s = s * f
+        x = x * f[:, None]
+    return x, s
+
+
 # The CPU interpreter's tl.fma rounds twice (numpy's a * b + c in fp32); the exact-sign comparisons below then
 # use fp64 there instead (the product exact in fp64, one rounding of the sum: the same sign and zero)
 EMULATE_FMA = os.environ.get("TRITON_INTERPRET") == "1"
@@ -72,24 +92,31 @@ def e4m3_code(e):
 
 
 @triton.jit
-def e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
-    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
-    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64: the candidate e from the
-    fp32 quotient (within one step), then the signs of m·s − |x| for the midpoints m to the neighbouring grid
-    values, one FMA each (m has at most 5 significant bits: exact product, one rounding, so the sign and the zero
-    are the exact difference's), read as int32 bits as in `rne_int_exact32`; ties to the even code. The midpoints
-    come from e's bits: half a step 2^(E − 4) above, and below too unless e is a power of two above 2^-6 (then
-    the step below is half as wide); steps of 2^-9 on the subnormals."""
-    a = tl.abs(xf)
-    e = e4m3_round(tl.minimum(a * (1.0 / s), 448.0))  # the candidate, on the grid
-    k = e4m3_code(e)
+def _e4m3_rne_step(e, a, f, s, EMULATE_FMA: tl.constexpr):
+    """(up, down, half, low_half): whether the E4M3 RNE of a / (f·s) (a >= 0, f a small exact constant) lies one
+    grid value above the candidate e or below it (else it is e), from the signs of (m·f)·s − a for the midpoints m
+    next to e, one FMA each (m·f exact: m has at most 5 significant bits; exact product, one rounding, so the sign
+    and the zero are the exact difference's), read as int32 bits as in `rne_int_exact32`; ties to the even code.
+    The midpoints come from e's bits: half a step 2^(E − 4) above, and below too unless e is a
+    power of two above 2^-6 (then the step below is half as wide); steps of 2^-9 on the subnormals."""
     bits = e.to(tl.int32, bitcast=True)
     half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
     low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
-    above = fma_exact(e + half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd k): one code up
-    below = fma_exact(e - low_half, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0, odd k): one code down
-    odd = k & 1
-    k += (above < odd).to(tl.int32) - ((below > -odd) & (k > 0)).to(tl.int32)
+    above = fma_exact((e + half) * f, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0, odd code): up
+    below = fma_exact((e - low_half) * f, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0, odd): down
+    odd = e4m3_code(e) & 1
+    return above < odd, (below > -odd) & (e > 0), half, low_half
+
+
+@triton.jit
+def e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
+    """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
+    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64: the candidate from the
+    fp32 quotient (within one step), then `_e4m3_rne_step`."""
+    a = tl.abs(xf)
+    e = e4m3_round(tl.minimum(a * (1.0 / s), 448.0))  # the candidate, on the grid
+    up, down, half, low_half = _e4m3_rne_step(e, a, 1.0, s, EMULATE_FMA)  # (never up from 448: |x| <= 448·s)
+    k = e4m3_code(e) + up.to(tl.int32) - down.to(tl.int32)
     return tl.where(xf < 0, k | 0x80, k)
 
 
@@ -98,18 +125,10 @@ def nvfp4_block_scale(amax, so, EMULATE_FMA: tl.constexpr):
     """s_b = E4M3_RNE(amax / (6·so)) (fp32 values on the grid, saturating at 448) for block maxima amax >= 0
     and an fp32 outer scale so (>= SMALLEST_FP32_PATH_SCALE), as formats.nvfp4 computes it from the fp64
     quotient (which no fp64 rounding moves onto an E4M3 midpoint: the gap is at least 2^-33 relative), without
-    a division: the candidate from an fp32 quotient (within one step), then, as `e4m3_exact32`, the signs of
-    (m·6)·so − amax for the midpoints m next to it (m·6 exact: ≤ 5 + 2 significant bits); ties to even."""
+    a division: the candidate from an fp32 quotient (within one step), then `_e4m3_rne_step` with f = 6."""
     e = e4m3_round(tl.minimum(amax * (1.0 / (6.0 * so)), 448.0))
-    bits = e.to(tl.int32, bitcast=True)
-    half = tl.maximum(bits & 0x7F800000, (-6 + 127) << 23).to(tl.float32, bitcast=True) * 0.0625  # 2^(max(E,-6)-4)
-    low_half = tl.where(((bits & 0x007FFFFF) == 0) & (e > 0.015625), half * 0.5, half)
-    above = fma_exact((e + half) * 6.0, so, -amax, EMULATE_FMA).to(tl.int32, bitcast=True)
-    below = fma_exact((e - low_half) * 6.0, so, -amax, EMULATE_FMA).to(tl.int32, bitcast=True)
-    odd = e4m3_code(e) & 1
-    up = (above < odd) & (e < 448.0)
-    down = (below > -odd) & (e > 0)
-    return tl.where(up, e + 2.0 * half, tl.where(down, e - 2.0 * low_half, e))
+    up, down, half, low_half = _e4m3_rne_step(e, amax, 6.0, so, EMULATE_FMA)
+    return tl.where(up & (e < 448.0), e + 2.0 * half, tl.where(down, e - 2.0 * low_half, e))
 
 
 @triton.jit

@@ -110,7 +110,7 @@ def split_draft(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: float
         return t.transpose(1, 2) if layout == "BNHD" else t
 
     def run_prepass():
-        box["pre"] = draft_prepass(q, k, v, layout, gather, R, blk, P, num_warps=cfg["prepass_warps"])
+        box["pre"] = draft_prepass(q, k, v, layout, gather32, counts, blk, P, num_warps=cfg["prepass_warps"])
 
     def run_route():
         box["plan"] = route(box["pre"], spec, R, sm_scale) if codes is None else plan_from_codes(codes.to(dev))

@@ -25,17 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rounding import EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, nvfp4_rows_exact, rne_int_exact32
-
-
-@triton.jit
-def _in_fp32_range(x, s):
-    """(x, s) times 2^100 where the scale s (a scalar) is below the fp32 path's range, else as they are: exact,
-    and every quotient x / s unchanged."""
-    if s < SMALLEST_FP32_PATH_SCALE:
-        x = x * 2.0 ** 100
-        s = s * 2.0 ** 100
-    return x, s
+from ._rounding import (EMULATE_FMA, e4m3_exact32, in_fp32_range, nvfp4_rows_exact, rne_int_exact32,
+                        rows_in_fp32_range)
 
 
 @triton.jit
@@ -70,11 +61,11 @@ def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PSUM, PMAX, sx_b, sx_h, sx_
     # INT8, one scale per region block (|x| <= 127·s to an ulp: the codes need no clamp)
     s8 = (tl.max(tl.max(tl.abs(xf), axis=1), axis=0).to(tl.float64) / 127.0).to(tl.float32)
     s8 = tl.where(s8 > 0, s8, 1.0)
-    x8, sq = _in_fp32_range(xf, s8)
+    x8, sq = in_fp32_range(xf, s8)
     tl.store(X8 + out, rne_int_exact32(x8, tl.full([BLOCK], 1.0, tl.float32) * sq, EMULATE_FMA).to(tl.int8))
     tl.store(S8 + pid_bh * R + pid_r, s8)
     # NVFP4 along head_dim (the E2M1·s_b values do not depend on the range scaling)
-    x4, so = _in_fp32_range(xf, tl.load(S4 + pid_bh))
+    x4, so = in_fp32_range(xf, tl.load(S4 + pid_bh))
     tl.store(X4 + out, nvfp4_rows_exact(x4, so, BLOCK, D, EMULATE_FMA).to(tl.float16))
 
 
@@ -90,14 +81,9 @@ def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H
     tl.store(V16 + base + slots[:, None] * D + cols[None, :], x)
     xt = tl.trans(x.to(tl.float32))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
     outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
-    sv = tl.load(VS8 + pid_bh * D + cols)
-    x8 = xt
-    if tl.min(sv, axis=0) < SMALLEST_FP32_PATH_SCALE:  # channels below the fp32 path's range: times 2^100, exact
-        f = tl.where(sv < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
-        sv = sv * f
-        x8 = xt * f[:, None]
+    x8, sv = rows_in_fp32_range(xt, tl.load(VS8 + pid_bh * D + cols))
     tl.store(V8T + outt, e4m3_exact32(x8, sv[:, None], EMULATE_FMA).to(tl.uint8))
-    x4, so = _in_fp32_range(xt, tl.load(S4 + pid_bh))
+    x4, so = in_fp32_range(xt, tl.load(S4 + pid_bh))
     tl.store(V4T + outt, nvfp4_rows_exact(x4, so, D, BLOCK, EMULATE_FMA).to(tl.float16))
 
 
@@ -115,9 +101,10 @@ def _scale_f32(amax64: torch.Tensor, divisor: float) -> torch.Tensor:
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
-def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, block: int, prefix: int,
+def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, counts: torch.Tensor, block: int, prefix: int,
                   num_warps: int = 8):
-    """Packed operands of every phase plus the pooled descriptors.
+    """Packed operands of every phase plus the pooled descriptors, for the packed layout's `gather` (S,) (each
+    slot's video token, −1 for padding) and `counts` (R,) (real tokens per region block), on q's device.
 
     Returns a dict: q16/k16/v16 (B·H, S, D) in the input dtype; q8/k8 int8 (B·H, S, D), qs8 / ks8 (B·H, R)
     their block scales; v8t E4M3 (B·H, D, S), vs8 (B·H, D); q4/k4 (B·H, S, D),
@@ -126,6 +113,7 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
     (B, H, N, D), sq = _bhnd(q, layout)
     sk, sv = _bhnd(k, layout)[1], _bhnd(v, layout)[1]
     dev = q.device
+    regions = counts.numel()
     S = regions * block
     BH = B * H
     gather32 = gather.to(device=dev, dtype=torch.int32)
@@ -147,7 +135,6 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
 
     out = {"s4": s4, "vs8": vs8}
     grid = (regions, BH)
-    real = (gather32.view(regions, block) >= 0).sum(dim=-1).to(torch.float64)[:, None]  # real tokens per block
     for name, x, st in (("q", q, sq), ("k", k, sk)):
         x16 = torch.empty((BH, S, D), device=dev, dtype=x.dtype)
         x8 = torch.empty((BH, S, D), device=dev, dtype=torch.int8)
@@ -159,7 +146,7 @@ def draft_prepass(q, k, v, layout: str, gather: torch.Tensor, regions: int, bloc
                                psum, pmax, *st, H, prefix, regions, D=D, BLOCK=block, EMULATE_FMA=EMULATE_FMA,
                                num_warps=num_warps)
         out.update({f"{name}16": x16, f"{name}8": x8, f"{name}s8": s8, f"{name}4": x4,
-                    f"{name}_mean": psum.div_(real), f"{name}_max": pmax})
+                    f"{name}_mean": psum.div_(counts.view(regions, 1)), f"{name}_max": pmax})
     v16 = torch.empty((BH, S, D), device=dev, dtype=v.dtype)
     v8t = torch.empty((BH, D, S), device=dev, dtype=torch.float8_e4m3fn)
     v4t = torch.empty((BH, D, S), device=dev, dtype=torch.float16)

@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, nvfp4_rows_exact, rne_int_exact32,
-                        round_to_int)
+from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, in_fp32_range, nvfp4_rows_exact,
+                        rne_int_exact32, round_to_int, rows_in_fp32_range)
 
 from ._core import RULE_IDS, _pow2, e2m1_round, e4m3_round, mx_exponent
 
@@ -434,12 +434,7 @@ def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
                 mask=(keys < N)[None, :], other=0.0).to(tl.float32)  # exact for 16-bit and fp32 V
-    sv = tl.load(SV + pid_bh * D + cols)
-    if tl.min(sv, axis=0) < SMALLEST_FP32_PATH_SCALE:
-        # channels with a scale below the fp32 path's range: x and s times 2^100, exactly (as in the INT8 pass)
-        f = tl.where(sv < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
-        sv = sv * f
-        x = x * f[:, None]
+    x, sv = rows_in_fp32_range(x, tl.load(SV + pid_bh * D + cols))  # channels below the fp32 path's range
     code = e4m3_exact32(x, sv[:, None], EMULATE_FMA)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
@@ -811,10 +806,7 @@ def _nvfp4_tile_kernel(X, SO, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.co
     pid_bh = tl.program_id(1)
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
     x = x.to(tl.float32)  # exact: inputs of <= 24 bits
-    so = tl.load(SO)
-    if so < SMALLEST_FP32_PATH_SCALE:  # x and so times 2^100 (exact; the E2M1·s_b values are unchanged)
-        x = x * 2.0 ** 100
-        so = so * 2.0 ** 100
+    x, so = in_fp32_range(x, tl.load(SO))  # (the E2M1·s_b values do not depend on the scaling)
     if ALONG_TOKENS:
         e = nvfp4_rows_exact(tl.trans(x), so, D, ROWS, EMULATE_FMA)
         tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + rows[None, :], e.to(tl.float16))

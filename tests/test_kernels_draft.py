@@ -94,7 +94,7 @@ def check_prepass(device, dtype, d=64, ties=False):
     q, k, v = make_qkv(geo, 1, 2, d, dtype=dtype, device=device, outliers=True, ties=ties)
     lay = pack_layout(geo, 64)
     R, P, S = lay.regions, geo.prefix, lay.slots
-    pre = draft_prepass(q, k, v, "BHND", lay.gather.to(device), R, 64, P)
+    pre = draft_prepass(q, k, v, "BHND", lay.gather.to(device), lay.counts.to(device), 64, P)
     bad = {}
     for name, x in (("q", q), ("k", k), ("v", v)):
         xp = lay.pack(x[..., P:, :].double().cpu())
