@@ -39,7 +39,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
-from .gluon_ws import acc_layout, ring_acquire, row_sum_tree
+from ._launcher import Launcher
+from .gluon_ws import acc_layout, ring_acquire, row_sum_tree, shared_layout
 
 BLOCK = gl.constexpr(64)  # the recipe's region block: one key block per tile, one query region per warpgroup
 # the phases, in the order a consumer runs them (the prefix keys last)
@@ -399,10 +400,13 @@ def draft_ws_fwd(q4d, q8d, q16d, k4d, k8d, k16d, v4d, v8d, v16d, pkd, pvd, IDX, 
                        [240, 24, 24])
 
 
+_launch_draft_ws = Launcher(draft_ws_fwd)  # Triton's specialization once per argument signature, not per call
+
+
 def _descriptor(t, block, dtype):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+    return TensorDescriptor.from_tensor(t, block, shared_layout(tuple(block), dtype))
 
 
 def _gl_dtype(t):
@@ -434,7 +438,7 @@ def launch(pre: dict, plan, counts, gather, pk, pv, out, so, H: int, n_pre: int,
     v16 = rows(pre["v16"])
     pkd, pvd = (rows(pk), rows(pv)) if n_pre else (k16, v16)
     grid = (triton.cdiv(R, 2), BH)
-    draft_ws_fwd[grid](
+    _launch_draft_ws(grid,
         rows(pre["q4"]), rows(pre["q8"]), rows(pre["q16"]), rows(pre["k4"]), rows(pre["k8"]), k16, cols(pre["v4t"]),
         cols(pre["v8t"]), v16, pkd, pvd, plan.idx, plan.cnt, counts, pre["qs8"], pre["ks8"], pre["vs8"], pre["s4"],
         gather, out, out if lse is None else lse, so[0], so[1], so[2], *((0, 0, 0) if lse is None else lse.stride()), H,

@@ -29,6 +29,8 @@ from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, in_
 
 from ._core import RULE_IDS, _pow2, e2m1_round, e4m3_round, mx_exponent
 
+# chunk partials per load of the statistics kernels that finish the token reductions
+STATS_CHUNKS = 8
 TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the recipes' tile_k)
 
 
@@ -154,16 +156,20 @@ def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexp
 
 @triton.jit
 def _mx_v_exponent_kernel(VPART, REXP, BH, chunks, D: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
-                          QMAX: tl.constexpr):
+                          QMAX: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
     """Per (batch, head) program: each channel's fold exponent REXP (B·H, D) int32, its largest block exponent − 6
-    (0 for an all-zero channel), from the chunks' |max| partials. Every rule's exponent is non-decreasing in the
-    block maximum (and the clamp keeps that), so the largest block exponent is the exponent of the channel's
-    largest |v|."""
+    (0 for an all-zero channel), from the chunks' |max| partials, CB chunks per load. Every rule's exponent is
+    non-decreasing in the block maximum (and the clamp keeps that), so the largest block exponent is the exponent
+    of the channel's largest |v|."""
     bh = tl.program_id(0)
     cols = tl.arange(0, D)
-    amax = tl.zeros([D], tl.float32)
-    for c in range(chunks):
-        amax = tl.maximum(amax, tl.load(VPART + (c * BH + bh) * D + cols))
+    cs = tl.arange(0, CB)
+    amax = tl.zeros([CB, D], tl.float32)
+    for c0 in range(0, chunks, CB):
+        c = c0 + cs
+        amax = tl.maximum(amax, tl.load(VPART + ((c * BH + bh) * D)[:, None] + cols[None, :],
+                                        mask=(c < chunks)[:, None], other=0.0))
+    amax = tl.max(amax, axis=0)
     tl.store(REXP + bh * D + cols, tl.where(amax > 0, mx_exponent(amax, RULE, FLQ, QMAX) - 6, 0))
 
 
@@ -518,19 +524,24 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq
 
 
 @triton.jit(do_not_specialize=["n"])
-def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
-    """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums (in chunk order), and V's channel
-    scales amax/448, divided in fp64 (correctly rounded) and rounded once to fp32 (the reference's
-    float32_scale; an all-zero channel gets 1)."""
+def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
+    """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums, and V's channel scales amax/448,
+    divided in fp64 (correctly rounded) and rounded once to fp32 (the reference's float32_scale; an all-zero
+    channel gets 1). CB chunks per load: one load in flight at a time left the program waiting on memory latency
+    (34 µs at wan1.3b-480p's 128 chunks, against a few µs of data)."""
     bh = tl.program_id(0)
     cols = tl.arange(0, D)
-    acc = tl.zeros([D], tl.float64)
-    amax = tl.zeros([D], tl.float32)
-    for c in range(chunks):
-        acc += tl.load(KPART + (c * BH + bh) * D + cols)
-        amax = tl.maximum(amax, tl.load(VPART + (c * BH + bh) * D + cols))
-    tl.store(KMEAN + bh * D + cols, acc / n.to(tl.float64))
-    sv = (amax.to(tl.float64) / 448.0).to(tl.float32)
+    cs = tl.arange(0, CB)
+    acc = tl.zeros([CB, D], tl.float64)
+    amax = tl.zeros([CB, D], tl.float32)
+    for c0 in range(0, chunks, CB):
+        c = c0 + cs
+        offs = ((c * BH + bh) * D)[:, None] + cols[None, :]
+        live = (c < chunks)[:, None]
+        acc += tl.load(KPART + offs, mask=live, other=0.0)
+        amax = tl.maximum(amax, tl.load(VPART + offs, mask=live, other=0.0))
+    tl.store(KMEAN + bh * D + cols, tl.sum(acc, axis=0) / n.to(tl.float64))
+    sv = (tl.max(amax, axis=0).to(tl.float64) / 448.0).to(tl.float32)
     tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
 
 
@@ -567,7 +578,7 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
         q, k, v, qc, qs, kpart, vpart, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout),
         H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=EMULATE_FMA,
         num_warps=warps)
-    _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=1)
+    _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=4)
     if v_warps != warps:
         raise AssertionError("SAGE_ROWS and SAGE_V_TOKENS name the warps of one launch: they must agree")
     _sage_kv_codes_kernel[(pad_k // rows + pad_k // tb, BH)](
@@ -675,8 +686,8 @@ def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k):
     amax = torch.empty((B * H, n_tiles, D), device=dev, dtype=torch.float32)
     _int4_v_amax_kernel[(n_tiles, B * H)](x, hm, amax, *strides, H, Nk, n_tiles, 1.0 / math.sqrt(D), D=D, TB=TILE,
                                           ROT=rotate, X_F32=x32, num_warps=8)
-    sv = (amax.amax(dim=1).to(torch.float64) / 7.0).to(torch.float32)
-    sv = torch.where(sv > 0, sv, torch.ones_like(sv)).contiguous()
+    sv = torch.empty((B * H, D), device=dev, dtype=torch.float32)
+    _int4_v_scales_kernel[(B * H,)](amax, sv, n_tiles, D=D, num_warps=4)
     vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.int8)
     _int4_v_codes_kernel[(n_tiles, B * H)](x, hm, sv, vt, *strides, H, Nk, pad_k, 1.0 / math.sqrt(D), D=D, TB=TILE,
                                            ROT=rotate, X_F32=x32, num_warps=8)
@@ -701,8 +712,49 @@ def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
         m = torch.round(r / c)
         if not torch.allclose(m * c, r, rtol=0, atol=1e-15):
             raise ValueError(f"rotation {kind!r} is not a multiple of a ±1/0 matrix")
-        _ROT[key] = (m.to(torch.float32).to(device).contiguous(), c, r.to(device) if device is not None else r)
+        _ROT[key] = (m.to(torch.float32).to(device).contiguous(), c,
+                     r.to(device).contiguous() if device is not None else r)
     return _ROT[key]
+
+
+@triton.jit(do_not_specialize=["n"])
+def _int4_kmean_kernel(PART, R, OUT, BH, chunks, n, D: tl.constexpr, ROT: tl.constexpr, JB: tl.constexpr,
+                       CB: tl.constexpr = STATS_CHUNKS):
+    """Per (batch, head) program: K's mean over tokens in fp64 from the chunk sums PART (chunks, B·H, D), times
+    the rotation R (D, D) fp64 if ROT (mean(k R) = mean(k) R), rounded once to fp32 into OUT (B·H, D): the
+    statistic the INT4 pre-pass subtracts from every rotated key. One launch for what took six torch operations
+    (sum, division, matmul, conversion, copies), each a launch the GPU waited for at short sequences."""
+    bh = tl.program_id(0)
+    cols = tl.arange(0, D)
+    cs = tl.arange(0, CB)
+    acc = tl.zeros([CB, D], tl.float64)
+    for c0 in range(0, chunks, CB):
+        c = c0 + cs
+        acc += tl.load(PART + ((c * BH + bh) * D)[:, None] + cols[None, :], mask=(c < chunks)[:, None], other=0.0)
+    mean = tl.sum(acc, axis=0) / n.to(tl.float64)
+    if ROT:
+        for j0 in tl.static_range(0, D, JB):
+            js = j0 + tl.arange(0, JB)
+            r = tl.load(R + cols[:, None] * D + js[None, :])
+            tl.store(OUT + bh * D + js, tl.sum(mean[:, None] * r, axis=0).to(tl.float32))
+    else:
+        tl.store(OUT + bh * D + cols, mean.to(tl.float32))
+
+
+@triton.jit
+def _int4_v_scales_kernel(AMAX, SV, n_tiles, D: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
+    """Per (batch, head) program: V's per-channel INT4 scale from the token tiles' maxima AMAX (B·H, n_tiles, D):
+    fp32(amax / 7) divided in fp64 (the torch formulation's), 1 for an all-zero channel."""
+    bh = tl.program_id(0)
+    cols = tl.arange(0, D)
+    ts = tl.arange(0, CB)
+    amax = tl.zeros([CB, D], tl.float32)
+    for t0 in range(0, n_tiles, CB):
+        t = t0 + ts
+        amax = tl.maximum(amax, tl.load(AMAX + ((bh * n_tiles + t) * D)[:, None] + cols[None, :],
+                                        mask=(t < n_tiles)[:, None], other=0.0))
+    sv = (tl.max(amax, axis=0).to(tl.float64) / 7.0).to(tl.float32)
+    tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -727,16 +779,17 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     code_dtype = torch.float8_e4m3fn if qk_fp8 else torch.int8
     qc = torch.empty((B * H, pad_q, D), device=dev, dtype=code_dtype)
     qs = torch.empty((B * H, pad_q), device=dev, dtype=torch.float32)
-    qm = torch.zeros((B * H, pad_q // rows, D), device=dev, dtype=torch.float32)
+    # (the rows kernel writes every group's mean when Q is smoothed; without smoothing the means are 0)
+    qm = (torch.empty if spec.smooth_q else torch.zeros)((B * H, pad_q // rows, D), device=dev, dtype=torch.float32)
     kc = torch.empty((B * H, pad_k, D), device=dev, dtype=code_dtype)
     ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
     smq = bool(spec.smooth_q)
     kf = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.float32) if smq else torch.zeros((1,), device=dev)
     if spec.smooth_k:
-        kmean = token_mean64(k, layout).reshape(B, H, D)  # mean(k R) = mean(k) R
-        if rot is not None:
-            kmean = kmean @ rot[2]
-        kmean = kmean.to(torch.float32).reshape(B * H, D).contiguous()
+        part = _token_reduce(k, layout, absmax=False)
+        kmean = torch.empty((B * H, D), device=dev, dtype=torch.float32)
+        _int4_kmean_kernel[(B * H,)](part, rot[2] if rot is not None else part, kmean, B * H, part.shape[0], Nk,
+                                     D=D, ROT=rot is not None, JB=32, num_warps=4)
     else:
         kmean = torch.zeros((1,), device=dev)
     _int4_rows_kernel[(pad_q // rows, B * H)](q, rm, kmean, qc, qs, qm, kf, *_bhnd_strides(q, layout), H, Nq, pad_q,

@@ -1,0 +1,83 @@
+"""Launching the warp-specialized Gluon kernels without Triton re-deriving their specialization on every call.
+
+`JITFunction.run` binds and specializes every argument on every launch (alignment and integer-range checks,
+hashing the descriptors' layouts, the cache key). For the attention kernel (40 arguments, five TMA descriptors)
+that was 104 µs of host time per launch on the H200 machine, against 37 µs for the compiled kernel's own launcher,
+and at short sequences the GPU waits for it (results/kernels-h200.md, "Small shapes").
+
+`Launcher` keys compiled kernels by a superset of what Triton specializes on: each tensor's dtype and 16-byte
+alignment, each integer's range and whether it is 1 or a multiple of 16, each bool, each descriptor's dtype,
+block shape and layout, every constexpr, the device. A key is therefore never coarser than Triton's: the first
+call with new argument properties goes through `JITFunction.run` (which compiles or finds the kernel and returns
+it), later ones straight to that kernel's launcher with the same arguments. With a Triton launch hook set (a
+profiler), every call takes Triton's path.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+
+def _property(arg):
+    """What Triton's specialization can depend on, for one argument (see the module docstring)."""
+    if isinstance(arg, bool):
+        return ("b", arg)
+    if isinstance(arg, int):
+        return ("i", -(1 << 31) <= arg < (1 << 31), arg == 1, arg % 16 == 0)
+    if isinstance(arg, float):
+        return ("f",)
+    if arg is None:
+        return ("n",)
+    block = getattr(arg, "block_shape", None)
+    if block is not None:  # a host-side TMA descriptor
+        return ("d", arg.base.dtype, tuple(block), arg.layout, arg.padding)
+    return ("t", arg.dtype, arg.data_ptr() % 16 == 0)
+
+
+def _hooked() -> bool:
+    """Whether a launch hook is set: Triton 3.6 keeps them in a `HookChain` (set when it has calls); a hook
+    assigned directly is any other non-None value."""
+    from triton import knobs
+
+    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    return any(h is not None and bool(getattr(h, "calls", True)) for h in hooks)
+
+
+def _device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _stream(device: int):
+    from triton.runtime import driver
+
+    return driver.active.get_current_stream(device)  # the stream JITFunction.run launches on
+
+
+class Launcher:
+    """`launcher(grid, *args, **constexprs)` runs `fn[grid](*args, **constexprs)` (the arguments as Triton takes
+    them: positional runtime arguments, then keyword constexprs)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        params = list(inspect.signature(fn.fn).parameters.values())
+        self.names = [p.name for p in params]
+        self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        self.compiled = {}
+
+    def __call__(self, grid, *args, **constexprs):
+        if _hooked():
+            return self.fn[grid](*args, **constexprs)
+        device = _device()
+        rest = [constexprs[n] if n in constexprs else self.defaults[n] for n in self.names[len(args):]]
+        key = (device, tuple(map(_property, args)), tuple(rest))
+        kernel = self.compiled.get(key)
+        if kernel is None:
+            kernel = self.fn[grid](*args, **constexprs)
+            self.compiled[key] = kernel
+            return kernel
+        g = tuple(grid) + (1, 1)
+        kernel.run(g[0], g[1], g[2], _stream(device), kernel.function,
+                   kernel.packed_metadata, None, None, None, *args, *rest)
+        return kernel
