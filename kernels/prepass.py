@@ -35,6 +35,33 @@ TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the r
 
 
 @triton.jit
+def _partials_max(P, base, stride, n, D: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
+    """The channel-wise maximum of n partial rows P[base + i·stride + (0..D)] (|max| partials, >= 0), fp32, CB rows
+    per load: one load in flight at a time left a statistics program waiting on memory latency (23-34 µs at
+    wan1.3b-480p's 128 chunks, against a few µs of data)."""
+    cols = tl.arange(0, D)
+    rows = tl.arange(0, CB)
+    acc = tl.zeros([CB, D], tl.float32)
+    for i0 in range(0, n, CB):
+        i = i0 + rows
+        acc = tl.maximum(acc, tl.load(P + base + (i * stride)[:, None] + cols[None, :], mask=(i < n)[:, None],
+                                      other=0.0))
+    return tl.max(acc, axis=0)
+
+
+@triton.jit
+def _partials_sum64(P, base, stride, n, D: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
+    """The channel-wise fp64 sum of n partial rows P[base + i·stride + (0..D)] (fp64), CB rows per load."""
+    cols = tl.arange(0, D)
+    rows = tl.arange(0, CB)
+    acc = tl.zeros([CB, D], tl.float64)
+    for i0 in range(0, n, CB):
+        i = i0 + rows
+        acc += tl.load(P + base + (i * stride)[:, None] + cols[None, :], mask=(i < n)[:, None], other=0.0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
 def _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS: tl.constexpr, D: tl.constexpr,
                 OPERAND_ORDER: tl.constexpr = False):
     """Tokens pid_t·ROWS .. +ROWS of one (batch, head) of X (any strides) as a (ROWS, D) tile in X's dtype,
@@ -156,21 +183,14 @@ def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexp
 
 @triton.jit
 def _mx_v_exponent_kernel(VPART, REXP, BH, chunks, D: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
-                          QMAX: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
+                          QMAX: tl.constexpr):
     """Per (batch, head) program: each channel's fold exponent REXP (B·H, D) int32, its largest block exponent − 6
-    (0 for an all-zero channel), from the chunks' |max| partials, CB chunks per load. Every rule's exponent is
+    (0 for an all-zero channel), from the chunks' |max| partials VPART (chunks, B·H, D). Every rule's exponent is
     non-decreasing in the block maximum (and the clamp keeps that), so the largest block exponent is the exponent
     of the channel's largest |v|."""
     bh = tl.program_id(0)
-    cols = tl.arange(0, D)
-    cs = tl.arange(0, CB)
-    amax = tl.zeros([CB, D], tl.float32)
-    for c0 in range(0, chunks, CB):
-        c = c0 + cs
-        amax = tl.maximum(amax, tl.load(VPART + ((c * BH + bh) * D)[:, None] + cols[None, :],
-                                        mask=(c < chunks)[:, None], other=0.0))
-    amax = tl.max(amax, axis=0)
-    tl.store(REXP + bh * D + cols, tl.where(amax > 0, mx_exponent(amax, RULE, FLQ, QMAX) - 6, 0))
+    amax = _partials_max(VPART, bh * D, BH * D, chunks, D)
+    tl.store(REXP + bh * D + tl.arange(0, D), tl.where(amax > 0, mx_exponent(amax, RULE, FLQ, QMAX) - 6, 0))
 
 
 @triton.jit
@@ -524,24 +544,14 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq
 
 
 @triton.jit(do_not_specialize=["n"])
-def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
-    """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums, and V's channel scales amax/448,
-    divided in fp64 (correctly rounded) and rounded once to fp32 (the reference's float32_scale; an all-zero
-    channel gets 1). CB chunks per load: one load in flight at a time left the program waiting on memory latency
-    (34 µs at wan1.3b-480p's 128 chunks, against a few µs of data)."""
+def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
+    """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums KPART (chunks, B·H, D), and V's
+    channel scales amax/448 from the |max| partials VPART, divided in fp64 (correctly rounded) and rounded once to
+    fp32 (the reference's float32_scale; an all-zero channel gets 1)."""
     bh = tl.program_id(0)
     cols = tl.arange(0, D)
-    cs = tl.arange(0, CB)
-    acc = tl.zeros([CB, D], tl.float64)
-    amax = tl.zeros([CB, D], tl.float32)
-    for c0 in range(0, chunks, CB):
-        c = c0 + cs
-        offs = ((c * BH + bh) * D)[:, None] + cols[None, :]
-        live = (c < chunks)[:, None]
-        acc += tl.load(KPART + offs, mask=live, other=0.0)
-        amax = tl.maximum(amax, tl.load(VPART + offs, mask=live, other=0.0))
-    tl.store(KMEAN + bh * D + cols, tl.sum(acc, axis=0) / n.to(tl.float64))
-    sv = (tl.max(amax, axis=0).to(tl.float64) / 448.0).to(tl.float32)
+    tl.store(KMEAN + bh * D + cols, _partials_sum64(KPART, bh * D, BH * D, chunks, D) / n.to(tl.float64))
+    sv = (_partials_max(VPART, bh * D, BH * D, chunks, D).to(tl.float64) / 448.0).to(tl.float32)
     tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
 
 
@@ -718,20 +728,14 @@ def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
 
 
 @triton.jit(do_not_specialize=["n"])
-def _int4_kmean_kernel(PART, R, OUT, BH, chunks, n, D: tl.constexpr, ROT: tl.constexpr, JB: tl.constexpr,
-                       CB: tl.constexpr = STATS_CHUNKS):
+def _int4_kmean_kernel(PART, R, OUT, BH, chunks, n, D: tl.constexpr, ROT: tl.constexpr, JB: tl.constexpr):
     """Per (batch, head) program: K's mean over tokens in fp64 from the chunk sums PART (chunks, B·H, D), times
     the rotation R (D, D) fp64 if ROT (mean(k R) = mean(k) R), rounded once to fp32 into OUT (B·H, D): the
     statistic the INT4 pre-pass subtracts from every rotated key. One launch for what took six torch operations
     (sum, division, matmul, conversion, copies), each a launch the GPU waited for at short sequences."""
     bh = tl.program_id(0)
     cols = tl.arange(0, D)
-    cs = tl.arange(0, CB)
-    acc = tl.zeros([CB, D], tl.float64)
-    for c0 in range(0, chunks, CB):
-        c = c0 + cs
-        acc += tl.load(PART + ((c * BH + bh) * D)[:, None] + cols[None, :], mask=(c < chunks)[:, None], other=0.0)
-    mean = tl.sum(acc, axis=0) / n.to(tl.float64)
+    mean = _partials_sum64(PART, bh * D, BH * D, chunks, D) / n.to(tl.float64)
     if ROT:
         for j0 in tl.static_range(0, D, JB):
             js = j0 + tl.arange(0, JB)
@@ -742,19 +746,12 @@ def _int4_kmean_kernel(PART, R, OUT, BH, chunks, n, D: tl.constexpr, ROT: tl.con
 
 
 @triton.jit
-def _int4_v_scales_kernel(AMAX, SV, n_tiles, D: tl.constexpr, CB: tl.constexpr = STATS_CHUNKS):
+def _int4_v_scales_kernel(AMAX, SV, n_tiles, D: tl.constexpr):
     """Per (batch, head) program: V's per-channel INT4 scale from the token tiles' maxima AMAX (B·H, n_tiles, D):
     fp32(amax / 7) divided in fp64 (the torch formulation's), 1 for an all-zero channel."""
     bh = tl.program_id(0)
-    cols = tl.arange(0, D)
-    ts = tl.arange(0, CB)
-    amax = tl.zeros([CB, D], tl.float32)
-    for t0 in range(0, n_tiles, CB):
-        t = t0 + ts
-        amax = tl.maximum(amax, tl.load(AMAX + ((bh * n_tiles + t) * D)[:, None] + cols[None, :],
-                                        mask=(t < n_tiles)[:, None], other=0.0))
-    sv = (tl.max(amax, axis=0).to(tl.float64) / 7.0).to(tl.float32)
-    tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
+    sv = (_partials_max(AMAX, bh * n_tiles * D, D, n_tiles, D).to(tl.float64) / 7.0).to(tl.float32)
+    tl.store(SV + bh * D + tl.arange(0, D), tl.where(sv > 0, sv, 1.0))
 
 
 _HALF = (torch.float16, torch.bfloat16)

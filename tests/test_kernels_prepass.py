@@ -160,6 +160,9 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
         res[str(dt)]["operand_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
     res["ties"] = _sage_prepass_vs_formats(*_int8_ties(1, 2, 130, 64))
     res["tiny"] = _sage_prepass_vs_formats(*_tiny_scales(1, 2, 130, 200, 64))
+    # 2305 keys: ten 256-token chunks, more than the statistics kernel loads at once (a ragged second load)
+    res["long"] = _sage_prepass_vs_formats(*make_qkv(1, 1, 2305, 2305, 64, outliers=True, seed=5,
+                                                     dtype=torch.bfloat16))
     print(json.dumps(res))
     """
 )
@@ -338,7 +341,12 @@ _MX_PREPASS_SCRIPT = textwrap.dedent(
         vv3, rv3, _ = prepass.mx_cols(v, "BHND", spec.v, fp8=True, operand_order=True)
         keys = prepass.operand_key_order(vv.shape[-1])
         operand_order = bool(torch.equal(vv3.view(torch.uint8), vv[..., keys].view(torch.uint8)) and torch.equal(rv3, rv))
-        res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()),
+        # 2305 tokens: ten |max| partials per channel, more than the exponent kernel loads at once
+        vl = make_qkv(1, 1, 8, 2305, 64, outliers=False, seed=11)[2]
+        vvl, rvl, badl = prepass.mx_cols(vl, "BHND", spec.v, fp8=True)
+        got_l = (vvl[:, :, :2305].float() * torch.exp2(rvl.float())[:, :, None]).transpose(1, 2).reshape(1, 1, 2305, 64)
+        long_mismatch = int((got_l != mxfp4.fake_quantize(vl.double(), axis=-2, **kw).float()).sum()) + int(badl.item())
+        res[recipe] = dict(q_mismatch=int((got_q != want_q).sum()), v_bad_blocks=int(bad.item()), long_mismatch=long_mismatch,
                            v_mismatch_channels=int((~exact_v).sum()), pad_zero=bool((vv[:, :, 200:] == 0).all()),
                            zero_channel_exp=int(rv[1, 5]), bnhd_same=same_layouts, operand_order=operand_order)
     print(json.dumps(res))
@@ -357,6 +365,7 @@ def test_mx_prepass_bit_exact_under_triton_interpreter_on_cpu():
     res = run_interpreted(_MX_PREPASS_SCRIPT.format(tests=str(REPO / "tests")))
     for recipe, r in res.items():
         assert r["q_mismatch"] == 0 and r["pad_zero"] and r["zero_channel_exp"] == 0 and r["bnhd_same"], (recipe, r)
+        assert r["long_mismatch"] == 0, (recipe, r)
         assert r["operand_order"], (recipe, r)
         assert r["v_bad_blocks"] > 0 and r["v_mismatch_channels"] == 1, (recipe, r)
 
