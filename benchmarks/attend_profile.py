@@ -7,7 +7,10 @@ cuDNN in the same process:
 - b2b: calls issued back to back (events around the whole run, divided by the count): the GPU-bound rate, the host
   time hidden when the host runs ahead;
 - host: wall time of issuing one call without waiting (the Python and launch work);
-- pre / kern: the pre-pass and the kernel timed on their own (`kernels.launch.split_call`, each from an idle GPU).
+- pre / kern: the pre-pass and the kernel timed on their own (`kernels.launch.split_call`, each from an idle GPU);
+- gpu / span: one call from an idle GPU under torch.profiler: the GPU time of its kernels and the span from the
+  first kernel's start to the last one's end (span − gpu: the time the GPU waited for the host between launches;
+  the profiler adds host time of its own, so this is an upper bound), and the number of kernels.
 `--tune 'RECIPE:{"KEY": VALUE}'` (repeatable) also times the kernel with those settings at the three smallest shapes.
 With `--out DIR`, at the `short` shape it writes a host cProfile and torch.profiler's kernel list of the first two
 recipes there, and every figure as profile.json.
@@ -55,6 +58,35 @@ def _host_ms(fn, n: int = 5) -> float:
     host = (time.perf_counter() - t0) / n * 1e3
     torch.cuda.synchronize()
     return host
+
+
+def timeline_summary(kernels) -> dict:
+    """(start µs, duration µs) of each GPU kernel of one call -> the kernel count, the GPU time (ms, the union of
+    the kernels' intervals) and the span from the first start to the last end (ms)."""
+    spans = sorted((float(a), float(a) + float(d)) for a, d in kernels)
+    if not spans:
+        return dict(kernels=0, gpu=0.0, span=0.0)
+    busy, (lo, hi) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > hi:
+            busy, lo = busy + hi - lo, a
+        hi = max(hi, b)
+    busy += hi - lo
+    return dict(kernels=len(spans), gpu=busy / 1e3, span=(max(b for _, b in spans) - spans[0][0]) / 1e3)
+
+
+def _timeline(call) -> dict:
+    """`timeline_summary` of one `call()` issued on an idle GPU, from torch.profiler's CUDA kernel events."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return timeline_summary((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+                            if e.device_type.name == "CUDA")
 
 
 def _write_profiles(q, k, v, recipes, out: str) -> None:
@@ -126,10 +158,12 @@ def main(argv=None) -> int:
             b2b, host = _b2b_ms(call, reps), _host_ms(call)
             pre, kern, st = split_call(q, k, v, r)
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
+            tl = _timeline(call)
             rows.append(dict(shape=sh.name, recipe=r, cudnn=c, total=tot, b2b=b2b, host=host, pre=pm, kern=km,
-                             x=c / tot, x_b2b=cb / b2b, kernel=st.kernel))
+                             x=c / tot, x_b2b=cb / b2b, kernel=st.kernel, **tl))
             print(f"{sh.name:15s} {r:22s} total {tot:8.3f} x{c / tot:5.2f} | b2b {b2b:8.3f} x{cb / b2b:5.2f} | "
-                  f"host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel})", flush=True)
+                  f"host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu {tl['gpu']:8.3f} span "
+                  f"{tl['span']:8.3f} ({tl['kernels']} kernels)", flush=True)
         for r, cfg in tune:
             if sh.name not in SMALL:
                 continue

@@ -1,0 +1,32 @@
+"""benchmarks/attend_profile.py's timeline summary (the GPU time and span of one call's kernels), on kernel
+intervals made here; the profile itself needs a CUDA GPU and is run by hand (benchmarks/README.md)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "attend_profile.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("attend_profile", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_time_is_the_union_of_kernel_intervals_and_span_first_start_to_last_end():
+    summary = _load().timeline_summary
+    # three kernels: a 100 µs gap after the first, the third starting inside the second (another stream)
+    s = summary([(1000.0, 50.0), (1150.0, 200.0), (1300.0, 100.0)])
+    assert s["kernels"] == 3
+    assert s["gpu"] == pytest.approx((50 + 250) / 1e3)  # [1000, 1050] and [1150, 1400]
+    assert s["span"] == pytest.approx(0.4)  # 1000 .. 1400
+    # unsorted input, one kernel inside another
+    s = summary([(500.0, 10.0), (0.0, 1000.0)])
+    assert s == dict(kernels=2, gpu=pytest.approx(1.0), span=pytest.approx(1.0))
+
+
+def test_no_kernels_give_zeros():
+    assert _load().timeline_summary([]) == dict(kernels=0, gpu=0.0, span=0.0)
