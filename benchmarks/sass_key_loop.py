@@ -136,8 +136,8 @@ def compile_gluon(mode: int, over: dict):
 
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qk_fp8 = over.pop("QK", "") == "fp8"
-    const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=6.0, PNQ=mode == 1, NWG=2,
-                 DEFER=True, EARLY=False, PINGPONG=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False,
+    const = dict(STAGES=stages, MODE=mode, RULE=2 if mode == 1 else 0, FLQ=2, QMAX=6.0, PNQ=mode == 1,
+                 DEFER=True, EARLY=False, PLEV=15.0, SMQ=2 if mode == 3 else 0, WORK_LOOP=False,
                  num_warps=4)
     const = _constexprs(attn_ws_fwd, const, over)
     qk = gl.float8e4nv if mode == 1 or qk_fp8 else gl.int8

@@ -49,6 +49,7 @@ from .unrotate import unrotate
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
+CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program (with the loader warp: 65536 registers as 2·128·240 + 32·24)
 KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)  # one key tile's fp32 scales
 
 
@@ -564,7 +565,7 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
 def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h,
                 so_n, H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
                 MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
-                NWG: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
+                DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
                 SMQ: gl.constexpr = 0,
                 WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
@@ -581,6 +582,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
     D: gl.constexpr = k_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
+    NWG: gl.constexpr = CONSUMERS
     q_s = gl.allocate_shared_memory(q_desc.dtype, [NWG, 64, D], q_desc.layout)
     k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(v_desc.dtype, [STAGES, D, BN], v_desc.layout)
@@ -610,17 +612,9 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
             svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
              ds_rows_bh, n_tiles, WORK_LOOP)
-    if NWG == 2:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_loader, largs)], [4, 1], [240, 24])
-    else:
-        # three consumers: three warps per scheduler to hide latency; 65536 registers shared as 3·128·160 + 32·24
-        # (the default partition keeps the launch's count: it spills)
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_loader, largs)], [4, 4, 1], [160, 160, 24])
+    gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                        (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                        (_loader, largs)], [4, 1], [240, 24])
 
 
 _launch_attn_ws = Launcher(attn_ws_fwd)  # Triton's specialization once per argument signature, not per call
@@ -651,7 +645,7 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
             TensorDescriptor.from_tensor(v2, [D, BLOCK_N], shared_layout((D, BLOCK_N), v_dt)), ksd, dsd)
 
 
-def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int = 2, defer: bool = False,
+def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bool = False,
            early: bool = False, work_loop: bool = False, lse=None):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
@@ -680,12 +674,12 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, nwg: int 
         B = BH // H
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
-    n_work = triton.cdiv(Nq, nwg * ROWS) * BH
+    n_work = triton.cdiv(Nq, CONSUMERS.value * ROWS) * BH
     _launch_attn_ws((n_work,),
         qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse, P["sqs"], P["sks"],
         P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
-        NWG=nwg, DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
+        DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
         WRITE_LSE=lse is not None, num_warps=4)
     if rot:
         # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
