@@ -97,7 +97,7 @@ def compile_triton(mode: int, over: dict):
         ptr.update(Q="*bf16", K="*bf16", VT="*bf16")
     const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=True, RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
                  PROMOTE=True, PQ=True, BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, PLEV=15, SMQ=0, ROTV=False, PROW=False,
-                 PIPE=True, WS=False, TMA=False, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
+                 PIPE=True, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
     warps, opts = int(over.pop("num_warps", 8)), {}
     if "maxnreg" in over:  # a compile option (.maxnreg), not a constexpr
         opts["maxnreg"] = int(over.pop("maxnreg"))
