@@ -23,7 +23,7 @@ def _property(arg):
     if isinstance(arg, bool):
         return ("b", arg)
     if isinstance(arg, int):
-        return ("i", -(1 << 31) <= arg < (1 << 31), arg == 1, arg % 16 == 0)
+        return ("i", -(1 << 31) <= arg < (1 << 31), arg < (1 << 63), arg == 1, arg % 16 == 0)
     if isinstance(arg, float):
         return ("f",)
     if arg is None:

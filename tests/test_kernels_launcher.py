@@ -17,6 +17,7 @@ def test_argument_properties_separate_what_triton_specializes_on():
     p = _launcher._property
     # integers: 1, multiples of 16 and the int32 range are specializations; True is no integer here
     assert p(1) != p(2) and p(16) != p(17) and p(2 ** 31) != p(2 ** 31 - 16) and p(True) != p(1)
+    assert p(2 ** 63) != p(2 ** 63 - 16)  # Triton's u64 against i64
     assert p(3) == p(5) and p(32) == p(48)
     assert p(0.5) == p(2.0) and p(None) != p(0)
     x = torch.zeros(64, dtype=torch.float32)
