@@ -1,19 +1,13 @@
 """benchmarks/attend_profile.py's timeline summary (the GPU time and span of one call's kernels), on kernel
 intervals made here; the profile itself needs a CUDA GPU and is run by hand (benchmarks/README.md)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "attend_profile.py"
+from benchmark_scripts import load
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("attend_profile", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("attend_profile")
 
 
 def test_gpu_time_is_the_union_of_kernel_intervals_and_span_first_start_to_last_end():

@@ -1,7 +1,6 @@
 """benchmarks/distributed_report.py: the comparisons and tables on run folders made here (no torchrun), the
 report's layout, and one-line errors for bad input. The torchrun measurement itself is run by hand (README)."""
 
-import importlib.util
 import json
 import math
 import os
@@ -12,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmark_scripts import load
+
 from lowbit_video import video_io
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,10 +20,7 @@ SCRIPT = REPO / "benchmarks" / "distributed_report.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("distributed_report", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("distributed_report")
 
 
 def _run(root: Path, recipe: str, seed: int, frames: np.ndarray, steps=(1.0,), mode=None) -> Path:

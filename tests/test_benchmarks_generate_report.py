@@ -1,19 +1,14 @@
 """benchmarks/generate_report.py: per recipe the last seed's run, median step time, ratio to fp16."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "generate_report.py"
+from benchmark_scripts import load
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("generate_report", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("generate_report")
 
 
 def _run(root, recipe, seed, steps, clip_s):

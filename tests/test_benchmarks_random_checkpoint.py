@@ -1,24 +1,18 @@
 """benchmarks/make_random_checkpoint.py: the full-size Wan architectures it builds (on the meta
 device: shapes only, no memory), and its refusal to overwrite a folder."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+
+from benchmark_scripts import load
 
 pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "make_random_checkpoint.py"
-
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("make_random_checkpoint", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("make_random_checkpoint")
 
 
 def _params(module) -> float:
