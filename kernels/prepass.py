@@ -776,11 +776,11 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     code_dtype = torch.float8_e4m3fn if qk_fp8 else torch.int8
     qc = torch.empty((B * H, pad_q, D), device=dev, dtype=code_dtype)
     qs = torch.empty((B * H, pad_q), device=dev, dtype=torch.float32)
+    smq = bool(spec.smooth_q)
     # (the rows kernel writes every group's mean when Q is smoothed; without smoothing the means are 0)
-    qm = (torch.empty if spec.smooth_q else torch.zeros)((B * H, pad_q // rows, D), device=dev, dtype=torch.float32)
+    qm = (torch.empty if smq else torch.zeros)((B * H, pad_q // rows, D), device=dev, dtype=torch.float32)
     kc = torch.empty((B * H, pad_k, D), device=dev, dtype=code_dtype)
     ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
-    smq = bool(spec.smooth_q)
     kf = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.float32) if smq else torch.zeros((1,), device=dev)
     if spec.smooth_k:
         part = _token_reduce(k, layout, absmax=False)
