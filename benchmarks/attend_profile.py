@@ -139,6 +139,8 @@ def main(argv=None) -> int:
     except (KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
     rows = []
     for sh in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
