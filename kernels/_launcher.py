@@ -1,22 +1,16 @@
-"""Launching the kernels of a call without Triton re-deriving their specialization on every launch.
+"""Launching the warp-specialized Gluon kernels without Triton re-deriving their specialization on every call.
 
 `JITFunction.run` binds and specializes every argument on every launch (alignment and integer-range checks,
-hashing the descriptors' layouts, the cache key). For the Gluon attention kernel (40 arguments, five TMA
-descriptors) that was 104 µs of host time per launch on the H200 machine, against 37 µs for the compiled kernel's
-own launcher, and at short sequences the GPU waits for it (results/kernels-h200.md, "Small shapes"). The pre-pass
-kernels pay the same per launch, several times per call.
+hashing the descriptors' layouts, the cache key). For the attention kernel (40 arguments, five TMA descriptors)
+that was 104 µs of host time per launch on the H200 machine, against 37 µs for the compiled kernel's own launcher,
+and at short sequences the GPU waits for it (results/kernels-h200.md, "Small shapes").
 
 `Launcher` keys compiled kernels by a superset of what Triton specializes on: each tensor's dtype and 16-byte
 alignment, each integer's range and whether it is 1 or a multiple of 16, each bool, each descriptor's dtype,
-block shape and layout, every constexpr, the launch options (num_warps, num_stages), the device. A key is
-therefore never coarser than Triton's: the first call with new argument properties goes through `JITFunction.run`
-(which compiles or finds the kernel and returns it), later ones straight to that kernel's launcher with the same
-arguments. With a Triton launch hook set (a profiler), or under Triton's interpreter, every call takes Triton's
-path. Runtime arguments are passed positionally, constexprs and options by keyword (a keyword runtime argument
-would be keyed by its value).
-
-Use it as `Launcher(kernel)(grid, *args, **constexprs)`, or as a decorator over `@triton.jit`, which keeps the
-call sites' `kernel[grid](...)` form.
+block shape and layout, every constexpr, the device. A key is therefore never coarser than Triton's: the first
+call with new argument properties goes through `JITFunction.run` (which compiles or finds the kernel and returns
+it), later ones straight to that kernel's launcher with the same arguments. With a Triton launch hook set (a
+profiler), every call takes Triton's path.
 """
 
 from __future__ import annotations
@@ -49,13 +43,6 @@ def _hooked() -> bool:
     return any(h is not None and bool(getattr(h, "calls", True)) for h in hooks)
 
 
-def _interpreting() -> bool:
-    """Whether Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1): no compiled launcher then."""
-    from triton import knobs
-
-    return bool(knobs.runtime.interpret)
-
-
 def _device() -> int:
     import torch
 
@@ -69,28 +56,22 @@ def _stream(device: int):
 
 
 class Launcher:
-    """`launcher(grid, *args, **constexprs)` (or `launcher[grid](*args, **constexprs)`) runs
-    `fn[grid](*args, **constexprs)` (the arguments as Triton takes them: positional runtime arguments, then keyword
-    constexprs and launch options)."""
+    """`launcher(grid, *args, **constexprs)` runs `fn[grid](*args, **constexprs)` (the arguments as Triton takes
+    them: positional runtime arguments, then keyword constexprs)."""
 
     def __init__(self, fn):
         self.fn = fn
         params = list(inspect.signature(fn.fn).parameters.values())
         self.names = [p.name for p in params]
-        self.params = frozenset(self.names)
         self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
         self.compiled = {}
 
-    def __getitem__(self, grid):
-        return lambda *args, **constexprs: self(grid, *args, **constexprs)
-
     def __call__(self, grid, *args, **constexprs):
-        if _hooked() or _interpreting():
+        if _hooked():
             return self.fn[grid](*args, **constexprs)
         device = _device()
         rest = [constexprs[n] if n in constexprs else self.defaults[n] for n in self.names[len(args):]]
-        options = tuple(sorted((n, v) for n, v in constexprs.items() if n not in self.params))
-        key = (device, tuple(map(_property, args)), tuple(rest), options)
+        key = (device, tuple(map(_property, args)), tuple(rest))
         kernel = self.compiled.get(key)
         if kernel is None:
             kernel = self.fn[grid](*args, **constexprs)

@@ -25,7 +25,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launcher import Launcher
 from ._rounding import (EMULATE_FMA, e4m3_exact32, in_fp32_range, nvfp4_rows_exact, rne_int_exact32,
                         rows_in_fp32_range)
 
@@ -44,7 +43,6 @@ def _load_region(X, GATHER, sx_b, sx_h, sx_n, sx_d, H, PREFIX, pid_r, pid_bh,
     return x, real, slots, cols
 
 
-@Launcher
 @triton.jit
 def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PSUM, PMAX, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
                      D: tl.constexpr, BLOCK: tl.constexpr, EMULATE_FMA: tl.constexpr):
@@ -71,7 +69,6 @@ def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PSUM, PMAX, sx_b, sx_h, sx_
     tl.store(X4 + out, nvfp4_rows_exact(x4, so, BLOCK, D, EMULATE_FMA).to(tl.float16))
 
 
-@Launcher
 @triton.jit
 def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H, PREFIX, R,
                     D: tl.constexpr, BLOCK: tl.constexpr, EMULATE_FMA: tl.constexpr):

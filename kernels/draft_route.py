@@ -40,8 +40,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launcher import Launcher
-
 PHASE_CODES = (4, 8, 16)  # the kernel's phase order (anemoi's): NVFP4, INT8/FP8, 16-bit
 BOUNDARY_CODES = (16, 8, 4)  # the code of each quota boundary's top set, highest precision first
 SLOTS = tl.constexpr(4)  # per-head state vectors: the three boundaries and one unused slot (a power of two)
@@ -133,7 +131,6 @@ def _softmax_row(ptrs, inb, scale):
     return e / tl.sum(e, 0)
 
 
-@Launcher
 @triton.jit(do_not_specialize=["scale_bits", "w_mean_bits", "w_max_bits"])
 def _scores_kernel(SM, SX, A, HIST, R, scale_bits, w_mean_bits, w_max_bits, RP: tl.constexpr,
                    MAXPOOL: tl.constexpr):
@@ -235,7 +232,6 @@ def _flush(HK, acc):
     tl.atomic_add(HK + bins, acc, mask=acc > 0, sem="relaxed")
 
 
-@Launcher
 @triton.jit
 def _radix_kernel(A, HIST, STATE, N, T0, T1, T2, LEVEL, TILES, BLOCK: tl.constexpr, DENSE: tl.constexpr):
     chunk = tl.program_id(0)
@@ -276,7 +272,6 @@ def _radix_kernel(A, HIST, STATE, N, T0, T1, T2, LEVEL, TILES, BLOCK: tl.constex
         _flush(h2, acc2)
 
 
-@Launcher
 @triton.jit
 def _bounds_kernel(A, HIST, STATE, BOUND, EQCNT, R, N, T0, T1, T2, ROWS: tl.constexpr, RP: tl.constexpr):
     bh = tl.program_id(0)
@@ -320,7 +315,6 @@ def _store_plan(c, cols, inb, IDX, CNT, row, R):
     tl.store(base + cols, tl.zeros_like(cols), mask=inb & (cols >= n4 + n8 + n16))
 
 
-@Launcher
 @triton.jit
 def _plan_kernel(CODES, IDX, CNT, R, RP: tl.constexpr):
     row = tl.program_id(0)
@@ -330,7 +324,6 @@ def _plan_kernel(CODES, IDX, CNT, R, RP: tl.constexpr):
     _store_plan(c, cols, inb, IDX, CNT, row, R)
 
 
-@Launcher
 @triton.jit
 def _route_plan_kernel(A, BOUND, EQCNT, CODES, IDX, CNT, R, N, T0, T1, T2, RP: tl.constexpr):
     row = tl.program_id(0)

@@ -17,12 +17,10 @@ import triton
 
 from . import dispatch, prepass
 from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_NVFP4, MODE_SAGE, attn_fwd
-from ._launcher import Launcher
 from .dispatch import merged_config
 
 BLOCK_N = dispatch.KEY_TILE
 ENTRY = "launch:attention"  # this module's entry in the dispatch table
-_attn_fwd = Launcher(attn_fwd)  # the Triton kernel (and MXFP4's gated exact fallback after every E4M3 call)
 
 
 @dataclass
@@ -323,7 +321,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
 def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages, gated=False,
           lse=None):
-    _attn_fwd[grid](
+    attn_fwd[grid](
         P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad,
         _placeholder(out.device, torch.float32) if lse is None else lse, P["kf"], P["qm"], P["hv"],
         *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,

@@ -24,7 +24,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launcher import Launcher
 from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, in_fp32_range, nvfp4_rows_exact,
                         rne_int_exact32, round_to_int, rows_in_fp32_range)
 
@@ -127,7 +126,6 @@ def _mx_rows(X, HM, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, had_s
     tl.store(REXP + pid_bh * n_tiles + pid_t, r)
 
 
-@Launcher
 @triton.jit
 def _mx_fold_kernel(Q, K, V, HM, QO, KO, QR, KR, VPART, COUNTS, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d,
                     sv_b, sv_h, sv_n, sv_d, H, Nq, Nk, nq_tiles, nk_tiles, BH, had_scale,
@@ -183,7 +181,6 @@ def _mx_cols_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, D: tl.constexp
     return xb, mx_exponent(amax, RULE, FLQ, QMAX), amax
 
 
-@Launcher
 @triton.jit
 def _mx_v_exponent_kernel(VPART, REXP, BH, chunks, D: tl.constexpr, RULE: tl.constexpr, FLQ: tl.constexpr,
                           QMAX: tl.constexpr):
@@ -196,7 +193,6 @@ def _mx_v_exponent_kernel(VPART, REXP, BH, chunks, D: tl.constexpr, RULE: tl.con
     tl.store(REXP + bh * D + tl.arange(0, D), tl.where(amax > 0, mx_exponent(amax, RULE, FLQ, QMAX) - 6, 0))
 
 
-@Launcher
 @triton.jit
 def _mx_cols_kernel(X, OUT, REXP, BAD, sx_b, sx_h, sx_n, sx_d, H, N, N_PAD,
                     D: tl.constexpr, TB: tl.constexpr, RULE: tl.constexpr,
@@ -434,7 +430,6 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
     tl.store(SC + pid_bh * n_pad + rows, s)
 
 
-@Launcher
 @triton.jit
 def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad,
                           n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
@@ -470,7 +465,6 @@ def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
 
-@Launcher
 @triton.jit
 def _token_reduce_kernel(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, D: tl.constexpr, ROWS: tl.constexpr,
                          TILES: tl.constexpr, ABSMAX: tl.constexpr):
@@ -531,7 +525,6 @@ SAGE_ROWS = (16, 4)
 SAGE_V_TOKENS = (16, 4)
 
 
-@Launcher
 @triton.jit
 def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b,
                              sv_h, sv_n, sv_d, H, Nq, Nk, pad_q, BH, n_q_progs, D: tl.constexpr, ROWS: tl.constexpr,
@@ -550,7 +543,6 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq
         _token_partial(V, VPART, sv_b, sv_h, sv_n, sv_d, H, Nk, BH, c, pid_bh, D, RROWS, RTILES, True)
 
 
-@Launcher
 @triton.jit(do_not_specialize=["n"])
 def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
     """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums KPART (chunks, B·H, D), and V's
@@ -614,7 +606,6 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
 # (scale amax/7, RNE, ±7) written as int8 codes. V: optional Hadamard (V·H), INT4 per channel.
 
 
-@Launcher
 @triton.jit
 def _int4_rows_kernel(X, RM, MEAN, OUT, SC, QM, KF, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale,
                       D: tl.constexpr, ROWS: tl.constexpr, ROT: tl.constexpr, SUB_MEAN: tl.constexpr,
@@ -663,7 +654,6 @@ def _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, 
     return x.to(tl.float32)
 
 
-@Launcher
 @triton.jit
 def _int4_v_amax_kernel(X, HM, AMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, rot_scale, D: tl.constexpr,
                         TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr):
@@ -674,7 +664,6 @@ def _int4_v_amax_kernel(X, HM, AMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, rot_
     tl.store(AMAX + (pid_bh * n_tiles + pid_t) * D + tl.arange(0, D), tl.max(tl.abs(x), axis=0))
 
 
-@Launcher
 @triton.jit
 def _int4_v_codes_kernel(X, HM, SV, VT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale, D: tl.constexpr,
                          TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr):
@@ -738,7 +727,6 @@ def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
     return _ROT[key]
 
 
-@Launcher
 @triton.jit(do_not_specialize=["n"])
 def _int4_kmean_kernel(PART, R, OUT, BH, chunks, n, D: tl.constexpr, ROT: tl.constexpr, JB: tl.constexpr):
     """Per (batch, head) program: K's mean over tokens in fp64 from the chunk sums PART (chunks, B·H, D), times
@@ -757,7 +745,6 @@ def _int4_kmean_kernel(PART, R, OUT, BH, chunks, n, D: tl.constexpr, ROT: tl.con
         tl.store(OUT + bh * D + cols, mean.to(tl.float32))
 
 
-@Launcher
 @triton.jit
 def _int4_v_scales_kernel(AMAX, SV, n_tiles, D: tl.constexpr):
     """Per (batch, head) program: V's per-channel INT4 scale from the token tiles' maxima AMAX (B·H, n_tiles, D):
@@ -812,7 +799,6 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     return qc, qs, qm, kc, ks, kf, vt, sv
 
 
-@Launcher
 @triton.jit
 def _delta_s_kernel(QM, KF, T, G, n_pad, D: tl.constexpr, TK: tl.constexpr, GB: tl.constexpr):
     """One key tile of one b·h: T[g, n] = QM[g] · KF[n] for every q group g, GB groups per 3xTF32 MMA."""
@@ -861,7 +847,6 @@ def _nvfp4_unscaled(x64: torch.Tensor, axis: int, outer_scale):
     return dataclasses.replace(t, outer_scale=one).dequantize(torch.float64), t.outer_scale.reshape(1).to(x64.device)
 
 
-@Launcher
 @triton.jit
 def _nvfp4_tile_kernel(X, SO, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, D: tl.constexpr, ROWS: tl.constexpr,
                        ALONG_TOKENS: tl.constexpr, EMULATE_FMA: tl.constexpr):

@@ -15,13 +15,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launcher import Launcher
-
 ROWS = 64  # rows per MMA (with 2 stages: 104 KB of shared memory at D = 128, two programs per SM)
 TILES = 16  # row tiles per program: H (64 KB at D = 128) is read once per program, not once per tile
 
 
-@Launcher
 @triton.jit
 def _unrotate_kernel(X, HV, O, so_b, so_h, so_n, H, N, scale, D: tl.constexpr, ROWS: tl.constexpr,
                      TILES: tl.constexpr):
