@@ -3,7 +3,8 @@
 `lowbit-video bench kernels --json` prints one object (rows per shape and recipe, baselines per shape);
 `lowbit-video bench e2e --json` prints a list of rows (per model, resolution and recipe, the cuDNN forward first).
 This script lays them out as the results pages do: one row per recipe, one column pair (ms, × cuDNN) per shape or
-model and resolution; for kernels also the pre-pass / kernel split at one shape.
+model and resolution; for kernels also the calls issued back to back (where the run timed them) and the pre-pass /
+kernel split at one shape.
 
 Examples:
     python benchmarks/results_tables.py kernels results/kernels-h200.json
@@ -52,6 +53,29 @@ def kernels_table(info: dict) -> str:
     return "\n".join(lines)
 
 
+def queued_table(info: dict) -> str:
+    """The same calls issued back to back (`queued_ms`, as inside a model step), at the shapes the run timed that
+    way: ms and the ratio to cuDNN timed the same way ("" when no row has it)."""
+    rows = [r for r in info["rows"] if r.get("queued_ms") is not None]
+    if not rows:
+        return ""
+    shapes = _ordered(r["shape"] for r in rows)
+    cudnn = {b["shape"]: b["queued_ms"] for b in info["baselines"]
+             if b["backend"] == "sdpa-cudnn" and b.get("queued_ms") is not None}
+    lines = ["| recipe, queued | " + " | ".join(f"{s} ms | × cuDNN" for s in shapes) + " |",
+             "|---|" + "---|---|" * len(shapes)]
+    lines.append("| SDPA cuDNN bf16 | " + " | ".join(
+        f"{cudnn[s]:.2f} | 1.00×" if s in cudnn else "— | —" for s in shapes) + " |")
+    for recipe in _ordered(r["recipe"] for r in rows):
+        cells = []
+        for s in shapes:
+            r = next((r for r in rows if r["shape"] == s and r["recipe"] == recipe), None)
+            ratio = None if r is None else r.get("ratio_cudnn_queued")
+            cells += ["—", "—"] if r is None else [f"{r['queued_ms']:.2f}", "—" if ratio is None else f"{ratio:.2f}×"]
+        lines.append(f"| `{recipe}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def split_table(info: dict, shape: str) -> str:
     """Pre-pass and kernel timed on their own at one shape (the draft recipes' pre-pass includes the route)."""
     lines = ["| recipe | pre-pass ms | kernel ms | kernel TFLOP/s | kernel alone × cuDNN |", "|---|---|---|---|---|"]
@@ -91,8 +115,8 @@ def main(argv=None) -> int:
     try:
         with open(args.json, encoding="utf-8") as f:
             data = json.load(f)
-        text = (kernels_table(data) + "\n\n" + split_table(data, args.split_shape) if args.kind == "kernels"
-                else e2e_table(data))
+        text = ("\n\n".join(t for t in (kernels_table(data), queued_table(data), split_table(data, args.split_shape)) if t)
+                if args.kind == "kernels" else e2e_table(data))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: {args.json}: not a readable `bench {args.kind} --json` output ({type(exc).__name__}: {exc})",
               file=sys.stderr)

@@ -319,13 +319,19 @@ def capability(device) -> tuple[int, int]:
     return _capability(device.index if device.index is not None else torch.cuda.current_device())
 
 
+@functools.lru_cache(maxsize=None)
+def _triton_installed() -> bool:
+    # looked up once: `find_spec` searches sys.path, 20–100 µs of host time on every call otherwise
+    return importlib.util.find_spec("triton") is not None
+
+
 def supports(spec: AttentionSpec, device=None, head_dim: int | None = None) -> tuple[bool, str]:
     """(ok, reason): whether a kernel runs `spec` on `device` (None: any CUDA GPU) with `head_dim` (None: any)."""
     row = variant_of(spec)
     why = refusal(spec)
     if why:
         return False, why
-    if importlib.util.find_spec("triton") is None:
+    if not _triton_installed():
         return False, "triton is not installed"
     if device is not None:
         import torch
@@ -360,13 +366,19 @@ def kernel_runs(spec: AttentionSpec, q, k, geometry=None, return_lse: bool = Fal
             and not refuse_call(row, q, k, geometry))
 
 
+@functools.lru_cache(maxsize=None)
+def _entry_function(entry: str):
+    """The function a row's entry ("module:function" in this package) names, imported once."""
+    module, function = entry.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+
+
 def run_kernel(spec: AttentionSpec, q, k, v, *, scale=None, rope_segments=None, geometry=None,
                return_lse: bool = False):
     """The row's kernel on BHND tensors (the caller checked `kernel_runs`); with return_lse (out, lse), lse fp32
     (B, H, Nq) written by the kernel's epilogue (every kernel writes it)."""
     row = variant_of(spec)
-    module, function = row.entry.split(":")
-    fn = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    fn = _entry_function(row.entry)
     extra = {"geometry": geometry} if row.geometry else {"rope_segments": rope_segments}
     if return_lse:
         extra["return_lse"] = True

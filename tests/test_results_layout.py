@@ -149,6 +149,20 @@ def test_e2e_json_is_what_bench_e2e_prints():
     assert runs(r for r in rows if r["recipe"] == "sdpa-cudnn") == runs(rows)
 
 
+def test_queued_table_ratios_against_cudnn_queued_and_dashes_where_unmeasured():
+    from benchmark_scripts import load
+
+    tables = load("results_tables")
+    info = {"baselines": [{"shape": "a", "backend": "sdpa-cudnn", "ms": 2.0, "queued_ms": 1.5},
+                          {"shape": "b", "backend": "sdpa-cudnn", "ms": 9.0}],
+            "rows": [{"shape": "a", "recipe": "r", "total_ms": 2.5, "queued_ms": 1.2, "ratio_cudnn_queued": 1.25},
+                     {"shape": "b", "recipe": "r", "total_ms": 8.0}]}
+    lines = tables.queued_table(info).splitlines()
+    assert lines[0] == "| recipe, queued | a ms | × cuDNN |"  # shape b has no queued timing: no column
+    assert lines[2] == "| SDPA cuDNN bf16 | 1.50 | 1.00× |" and lines[3] == "| `r` | 1.20 | 1.25× |"
+    assert tables.queued_table({"baselines": [], "rows": [{"shape": "b", "recipe": "r"}]}) == ""
+
+
 def test_results_tables_lay_out_the_committed_json():
     out = subprocess.run([sys.executable, "benchmarks/results_tables.py", "kernels", "results/kernels-h200.json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)

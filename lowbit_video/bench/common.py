@@ -1,4 +1,5 @@
-"""What the benchmarks share: the benchmark shapes, the video geometry behind each, CUDA-event timing, and the
+"""What the benchmarks share: the benchmark shapes, the video geometry behind each, CUDA-event timing (each call
+from an idle GPU, or calls back to back), and the
 default recipe lists (every recipe the kernel dispatch table runs; `bench kernels` and `bench draft` default to
 them, and so does the CLI)."""
 
@@ -81,9 +82,26 @@ def cuda_times(fn, *, warmup: int, reps: int) -> list[float]:
     return times
 
 
+def queued_ms(fn, *, reps: int) -> float:
+    """Milliseconds per call of `reps` calls of `fn()` issued back to back, CUDA events around the whole run: the
+    GPU's rate when the host issues each call while the GPU still runs the last, as inside a model step (host work
+    hidden wherever it is shorter than the GPU's). Call after warm-up calls."""
+    import torch
+
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / reps
+
+
 def median_ms(fn, *, warmup: int, reps: int) -> float:
     """Median milliseconds of `fn()` over `reps` calls."""
     return statistics.median(cuda_times(fn, warmup=warmup, reps=reps))
 
 
-__all__ = ["ALIASES", "BenchShape", "GEOMETRIES", "SHAPES", "shape_name", "cuda_times", "default_recipes", "draft_recipes", "median_ms"]
+__all__ = ["ALIASES", "BenchShape", "GEOMETRIES", "SHAPES", "shape_name", "cuda_times", "default_recipes", "draft_recipes", "median_ms",
+           "queued_ms"]

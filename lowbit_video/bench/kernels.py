@@ -5,8 +5,10 @@ use, is the public call a user or a model processor makes, `attend(q, k, v, "rec
 name); the pre-pass (operand quantization, `prepass_ms`) and the kernel (`kernel_ms`) are also timed on their own
 (`kernels.launch.split_call`). Extra `--config` rows time `kernels.attention(..., config=...)` (attend takes no
 kernel settings). SDPA cuDNN / flash (bf16) and sageattention 1.0.6 are measured in the same run on the same
-tensors. Timing: CUDA events around each call, each call starting on an idle GPU (so host work counts), warm-up
-calls first, the median of `reps` calls (long shapes take 0.05–0.5 s a call, so a few calls suffice).
+tensors. Timing: CUDA events around each call, each call starting on an idle GPU (so the host's Python and launch
+work before the GPU starts counts), warm-up calls first, the median of `reps` calls (long shapes take 0.05–0.5 s a
+call, so a few calls suffice). `queued_ms` (and `ratio_cudnn_queued`, against cuDNN timed the same way): `reps`
+calls issued back to back, events around the run, as a model step issues them (the host runs ahead of the GPU).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.dispatch import SETTINGS, attention_spec, variant_of
-from .common import GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms, shape_name
+from .common import GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms, queued_ms, shape_name
 from .draft import bench_draft_point, structured_qkv
 
 
@@ -59,7 +61,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
         n = reps or n
         g = torch.Generator(device=dev).manual_seed(seed)
         q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(3))
-        base = {}
+        base, base_queued = {}, {}
         for label, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
             def f(backend=backend):
                 with sdpa_kernel([backend]):
@@ -70,8 +72,10 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                 log(f"{name} {label}: unavailable ({exc})")
                 continue
             base[label] = ms
-            info["baselines"].append({"shape": name, "backend": label, "ms": ms, "tflops": flop / ms / 1e9})
-            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s")
+            base_queued[label] = queued = queued_ms(f, reps=n)
+            info["baselines"].append({"shape": name, "backend": label, "ms": ms, "tflops": flop / ms / 1e9,
+                                      "queued_ms": queued})
+            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s (queued {queued:.2f} ms)")
         if sageattn is not None:
             try:
                 kk = k.clone()  # sageattention 1.0.6 subtracts K's mean in place
@@ -101,6 +105,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                 else:
                     call = lambda: attend(q, k, v, recipe)
                 total_ms = median_ms(call, warmup=1, reps=n)
+                queued = queued_ms(call, reps=n)
                 finalize_stats(st)  # (the split calls' stats: which kernel ran, whether a fallback did)
             except Exception as exc:
                 log(f"{name} {label}: failed ({type(exc).__name__}: {exc})")
@@ -111,6 +116,8 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                    "ratio_cudnn": base["sdpa-cudnn"] / total_ms if "sdpa-cudnn" in base else None,
                    "ratio_flash": base["sdpa-flash"] / total_ms if "sdpa-flash" in base else None,
                    "ratio_sageattention": base["sageattention"] / total_ms if "sageattention" in base else None,
+                   "queued_ms": queued,
+                   "ratio_cudnn_queued": base_queued["sdpa-cudnn"] / queued if "sdpa-cudnn" in base_queued else None,
                    "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback,
                    # attend runs unquantized recipes on torch SDPA; the kernel columns time the dense Triton kernel
                    "kernel": "sdpa" if st.variant == "dense" and not kw else st.kernel,
@@ -119,7 +126,8 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
             rc = row["ratio_cudnn"]
             log(f"{name:13s} {label:24s} {total_ms:9.2f} ms {row['tflops']:7.1f} TFLOP/s "
                 f"({st.kernel} kernel {kernel_ms:.2f} ms = {row['kernel_tflops']:.1f}, pre-pass {prepass_ms:.2f} ms)"
-                + (f"  x{rc:.2f} cuDNN" if rc else ""))
+                + (f"  x{rc:.2f} cuDNN" if rc else "")
+                + (f" | queued {queued:.2f} ms x{row['ratio_cudnn_queued']:.2f}" if row["ratio_cudnn_queued"] else ""))
         del q, k, v
         torch.cuda.empty_cache()
     return info
@@ -211,14 +219,16 @@ def to_markdown(info: dict) -> str:
     lines = [f"GPU: {info['gpu']}, driver {info.get('driver')}, torch {info['torch']} (CUDA {info.get('cuda')}), "
              f"Triton {info['triton']}, sageattention {info.get('sageattention')}", "",
              "| shape | recipe / backend | runs on | TFLOP/s | × cuDNN | × flash | × sage 1.0.6 | pre-pass ms | kernel ms "
-             "| total ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| total ms | queued ms | × cuDNN queued |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
     for b in info["baselines"]:
-        lines.append(f"| {b['shape']} | {b['backend']} | | {b['tflops']:.1f} | | | | | | {b['ms']:.2f} |")
+        lines.append(f"| {b['shape']} | {b['backend']} | | {b['tflops']:.1f} | | | | | | {b['ms']:.2f} | "
+                     f"{fmt(b.get('queued_ms'))} | |")
     for r in info["rows"]:
         lines.append(f"| {r['shape']} | {r['recipe']} | {r.get('kernel', '')} | {r['tflops']:.1f} | {fmt(r['ratio_cudnn'])} | "
                      f"{fmt(r['ratio_flash'])} | {fmt(r['ratio_sageattention'])} | {r['prepass_ms']:.2f} | "
-                     f"{r['kernel_ms']:.2f} | {r['total_ms']:.2f} |")
+                     f"{r['kernel_ms']:.2f} | {r['total_ms']:.2f} | {fmt(r.get('queued_ms'))} | "
+                     f"{fmt(r.get('ratio_cudnn_queued'))} |")
     draft = [r for r in info["rows"] if "density" in r]
     if draft:
         lines += ["", "Draft recipes (structured inputs; TFLOP/s dense-equivalent; pre-pass ms above includes the route):",
