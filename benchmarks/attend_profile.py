@@ -35,19 +35,6 @@ import time
 SMALL = ("short", "wan1.3b-480p", "wan2.2-5b-720p")
 
 
-def _b2b_ms(fn, n: int) -> float:
-    import torch
-
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / n
-
-
 def _host_ms(fn, n: int = 5) -> float:
     import torch
 
@@ -127,7 +114,7 @@ def main(argv=None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from lowbit_video.attention import attend
-    from lowbit_video.bench.common import SHAPES, median_ms, shape_name
+    from lowbit_video.bench.common import SHAPES, median_ms, queued_ms, shape_name
     from lowbit_video.kernels.launch import attention, split_call
 
     if not torch.cuda.is_available():
@@ -152,12 +139,12 @@ def main(argv=None) -> int:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
-        c, cb = median_ms(cudnn, warmup=2, reps=reps), _b2b_ms(cudnn, reps)
+        c, cb = median_ms(cudnn, warmup=2, reps=reps), queued_ms(cudnn, reps=reps)
         print(f"{sh.name:15s} cudnn {c:8.3f} ms  b2b {cb:8.3f}", flush=True)
         for r in args.recipes:
             call = lambda: attend(q, k, v, r)  # noqa: E731
             tot = median_ms(call, warmup=2, reps=reps)
-            b2b, host = _b2b_ms(call, reps), _host_ms(call)
+            b2b, host = queued_ms(call, reps=reps), _host_ms(call)
             pre, kern, st = split_call(q, k, v, r)
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
             tl = _timeline(call)
