@@ -51,8 +51,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
     ) -> None:
-        """Time of the public call attend(q, k, v, recipe) (pre-pass and kernel also on their own) at the model zoo's
-        shapes vs torch SDPA cuDNN/flash and sageattention 1.0.6, same tensors, same process."""
+        """Time of the public call attend(q, k, v, recipe) at the model zoo's shapes vs torch SDPA cuDNN/flash and
+        sageattention 1.0.6, same tensors, same process: each call from an idle GPU (median; host work counts), calls
+        issued back to back as a model step issues them ("queued"), and the pre-pass and kernel on their own."""
         import sys
 
         import torch
