@@ -4,8 +4,8 @@ For each shape and recipe (random bf16 BHND inputs, D = 128, as `lowbit-video be
 cuDNN in the same process:
 - total: one call timed by CUDA events from an idle GPU (median of 15, 7 at the long shapes, after 2 warm-ups): the
   figure `bench kernels` reports, host work included;
-- b2b: calls issued back to back (events around the whole run, divided by the count): the GPU-bound rate, the host
-  time hidden when the host runs ahead;
+- queued: calls issued back to back (`bench.common.queued_ms`: events around the whole run, divided by the
+  count): the GPU-bound rate, the host time hidden when the host runs ahead (`bench kernels`' queued figure);
 - host: wall time of issuing one call without waiting (the Python and launch work);
 - pre / kern: the pre-pass and the kernel timed on their own (`kernels.launch.split_call`, each from an idle GPU);
 - gpu / span: one call from an idle GPU under torch.profiler: the GPU time of its kernels and the span from the
@@ -140,17 +140,17 @@ def main(argv=None) -> int:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
         c, cb = median_ms(cudnn, warmup=2, reps=reps), queued_ms(cudnn, reps=reps)
-        print(f"{sh.name:15s} cudnn {c:8.3f} ms  b2b {cb:8.3f}", flush=True)
+        print(f"{sh.name:15s} cudnn {c:8.3f} ms  queued {cb:8.3f}", flush=True)
         for r in args.recipes:
             call = lambda: attend(q, k, v, r)  # noqa: E731
             tot = median_ms(call, warmup=2, reps=reps)
-            b2b, host = queued_ms(call, reps=reps), _host_ms(call)
+            queued, host = queued_ms(call, reps=reps), _host_ms(call)
             pre, kern, st = split_call(q, k, v, r)
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
             tl = _timeline(call)
-            rows.append(dict(shape=sh.name, recipe=r, cudnn=c, total=tot, b2b=b2b, host=host, pre=pm, kern=km,
-                             x=c / tot, x_b2b=cb / b2b, kernel=st.kernel, **tl))
-            print(f"{sh.name:15s} {r:22s} total {tot:8.3f} x{c / tot:5.2f} | b2b {b2b:8.3f} x{cb / b2b:5.2f} | "
+            rows.append(dict(shape=sh.name, recipe=r, cudnn=c, total=tot, queued=queued, host=host, pre=pm, kern=km,
+                             x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
+            print(f"{sh.name:15s} {r:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} x{cb / queued:5.2f} | "
                   f"host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu {tl['gpu']:8.3f} span "
                   f"{tl['span']:8.3f} ({tl['kernels']} kernels)", flush=True)
         for r, cfg in tune:

@@ -27,52 +27,44 @@ def _ordered(items):
     return list(dict.fromkeys(items))
 
 
-def kernels_table(info: dict) -> str:
-    """Every recipe at every shape: total ms and the ratio to SDPA cuDNN of the same run."""
-    shapes = _ordered([b["shape"] for b in info["baselines"]] + [r["shape"] for r in info["rows"]])
-    cudnn = {b["shape"]: b["ms"] for b in info["baselines"] if b["backend"] == "sdpa-cudnn"}
-    head = "| recipe | kernel | " + " | ".join(f"{s} ms | × cuDNN" for s in shapes) + " |"
-    lines = [head, "|---|---|" + "---|---|" * len(shapes)]
-    for backend in _ordered(b["backend"] for b in info["baselines"]):
+# (baseline ms key, row ms key, row ratio key, first column's title) of each timing `bench kernels` reports: each
+# call from an idle GPU, and calls issued back to back ("queued")
+TIMINGS = {"idle": ("ms", "total_ms", "ratio_cudnn", "recipe"),
+           "queued": ("queued_ms", "queued_ms", "ratio_cudnn_queued", "recipe, queued")}
+
+
+def kernels_table(info: dict, timing: str = "idle") -> str:
+    """Every recipe at every shape the run timed this way: ms and the ratio to SDPA cuDNN timed the same way in the
+    same run ("" when no row has the timing). The idle-start table also names the kernel that ran."""
+    base_key, ms_key, ratio_key, title = TIMINGS[timing]
+    rows = [r for r in info["rows"] if r.get(ms_key) is not None]
+    if not rows:
+        return ""
+    baselines = [b for b in info["baselines"] if b.get(base_key) is not None]
+    with_kernel = timing == "idle"
+    shapes = _ordered([b["shape"] for b in baselines] + [r["shape"] for r in rows])
+    cudnn = {b["shape"]: b[base_key] for b in baselines if b["backend"] == "sdpa-cudnn"}
+    lines = [f"| {title} | " + ("kernel | " if with_kernel else "") + " | ".join(f"{s} ms | × cuDNN" for s in shapes)
+             + " |", "|---|" + ("---|" if with_kernel else "") + "---|---|" * len(shapes)]
+    for backend in _ordered(b["backend"] for b in baselines):
         cells = []
         for s in shapes:
-            b = next((b for b in info["baselines"] if b["shape"] == s and b["backend"] == backend), None)
-            cells += ["—", "—"] if b is None else [f"{b['ms']:.2f}", f"{cudnn[s] / b['ms']:.2f}×" if s in cudnn else "—"]
-        lines.append(f"| {BASELINE_NAMES.get(backend, backend)} | | " + " | ".join(cells) + " |")
-    for recipe in _ordered(r["recipe"] for r in info["rows"]):
+            b = next((b for b in baselines if b["shape"] == s and b["backend"] == backend), None)
+            cells += (["—", "—"] if b is None else
+                      [f"{b[base_key]:.2f}", f"{cudnn[s] / b[base_key]:.2f}×" if s in cudnn else "—"])
+        lines.append(f"| {BASELINE_NAMES.get(backend, backend)} | " + ("| " if with_kernel else "") + " | ".join(cells)
+                     + " |")
+    for recipe in _ordered(r["recipe"] for r in rows):
         cells, kernel = [], ""
         for s in shapes:
-            r = next((r for r in info["rows"] if r["shape"] == s and r["recipe"] == recipe), None)
+            r = next((r for r in rows if r["shape"] == s and r["recipe"] == recipe), None)
             if r is None:
                 cells += ["—", "—"]
                 continue
             kernel = r.get("kernel") or kernel
-            ratio = r.get("ratio_cudnn")
-            cells += [f"{r['total_ms']:.2f}", "—" if ratio is None else f"{ratio:.2f}×"]
-        lines.append(f"| `{recipe}` | {kernel} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def queued_table(info: dict) -> str:
-    """The same calls issued back to back (`queued_ms`, as inside a model step), at the shapes the run timed that
-    way: ms and the ratio to cuDNN timed the same way ("" when no row has it)."""
-    rows = [r for r in info["rows"] if r.get("queued_ms") is not None]
-    if not rows:
-        return ""
-    shapes = _ordered(r["shape"] for r in rows)
-    cudnn = {b["shape"]: b["queued_ms"] for b in info["baselines"]
-             if b["backend"] == "sdpa-cudnn" and b.get("queued_ms") is not None}
-    lines = ["| recipe, queued | " + " | ".join(f"{s} ms | × cuDNN" for s in shapes) + " |",
-             "|---|" + "---|---|" * len(shapes)]
-    lines.append("| SDPA cuDNN bf16 | " + " | ".join(
-        f"{cudnn[s]:.2f} | 1.00×" if s in cudnn else "— | —" for s in shapes) + " |")
-    for recipe in _ordered(r["recipe"] for r in rows):
-        cells = []
-        for s in shapes:
-            r = next((r for r in rows if r["shape"] == s and r["recipe"] == recipe), None)
-            ratio = None if r is None else r.get("ratio_cudnn_queued")
-            cells += ["—", "—"] if r is None else [f"{r['queued_ms']:.2f}", "—" if ratio is None else f"{ratio:.2f}×"]
-        lines.append(f"| `{recipe}` | " + " | ".join(cells) + " |")
+            ratio = r.get(ratio_key)
+            cells += [f"{r[ms_key]:.2f}", "—" if ratio is None else f"{ratio:.2f}×"]
+        lines.append(f"| `{recipe}` | " + (f"{kernel} | " if with_kernel else "") + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -115,7 +107,8 @@ def main(argv=None) -> int:
     try:
         with open(args.json, encoding="utf-8") as f:
             data = json.load(f)
-        text = ("\n\n".join(t for t in (kernels_table(data), queued_table(data), split_table(data, args.split_shape)) if t)
+        tables = (kernels_table(data), kernels_table(data, "queued"), split_table(data, args.split_shape))
+        text = ("\n\n".join(t for t in tables if t)
                 if args.kind == "kernels" else e2e_table(data))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: {args.json}: not a readable `bench {args.kind} --json` output ({type(exc).__name__}: {exc})",

@@ -157,10 +157,10 @@ def test_queued_table_ratios_against_cudnn_queued_and_dashes_where_unmeasured():
                           {"shape": "b", "backend": "sdpa-cudnn", "ms": 9.0}],
             "rows": [{"shape": "a", "recipe": "r", "total_ms": 2.5, "queued_ms": 1.2, "ratio_cudnn_queued": 1.25},
                      {"shape": "b", "recipe": "r", "total_ms": 8.0}]}
-    lines = tables.queued_table(info).splitlines()
+    lines = tables.kernels_table(info, "queued").splitlines()
     assert lines[0] == "| recipe, queued | a ms | × cuDNN |"  # shape b has no queued timing: no column
     assert lines[2] == "| SDPA cuDNN bf16 | 1.50 | 1.00× |" and lines[3] == "| `r` | 1.20 | 1.25× |"
-    assert tables.queued_table({"baselines": [], "rows": [{"shape": "b", "recipe": "r"}]}) == ""
+    assert tables.kernels_table({"baselines": [], "rows": [{"shape": "b", "recipe": "r"}]}, "queued") == ""
 
 
 def test_results_tables_lay_out_the_committed_json():
