@@ -107,9 +107,11 @@ def main(argv=None) -> int:
     try:
         with open(args.json, encoding="utf-8") as f:
             data = json.load(f)
-        tables = (kernels_table(data), kernels_table(data, "queued"), split_table(data, args.split_shape))
-        text = ("\n\n".join(t for t in tables if t)
-                if args.kind == "kernels" else e2e_table(data))
+        if args.kind == "kernels":
+            tables = (kernels_table(data), kernels_table(data, "queued"), split_table(data, args.split_shape))
+            text = "\n\n".join(t for t in tables if t)
+        else:
+            text = e2e_table(data)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: {args.json}: not a readable `bench {args.kind} --json` output ({type(exc).__name__}: {exc})",
               file=sys.stderr)

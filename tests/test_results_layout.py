@@ -168,6 +168,10 @@ def test_results_tables_lay_out_the_committed_json():
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "| `sage2-int8` |" in out.stdout and "SDPA cuDNN bf16" in out.stdout
+    e2e = subprocess.run([sys.executable, "benchmarks/results_tables.py", "e2e", "results/e2e-h200.json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert e2e.returncode == 0, e2e.stderr
+    assert "sage2-int8" in e2e.stdout and "× cuDNN" in e2e.stdout
     bad = subprocess.run([sys.executable, "benchmarks/results_tables.py", "e2e", "results/kernels-h200.json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
