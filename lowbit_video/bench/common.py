@@ -19,8 +19,8 @@ class BenchShape:
     note: str = ""
 
 
-# The model zoo's self-attention shapes (batch 1, head_dim 128; tokens = latent frames x height x width patches,
-# plus the text tokens HunyuanVideo joins to its video tokens)
+# The model zoo's self-attention shapes (batch 1; tokens = latent frames x height x width patches, plus the text
+# tokens HunyuanVideo and CogVideoX join to their video tokens); head_dim 128 unless the model has 64
 SHAPES = {
     "short": BenchShape("short", 1, 24, 8192, 128, "B=1 H=24 N=8192: a short, small clip"),
     "wan1.3b-480p": BenchShape("wan1.3b-480p", 1, 12, 32760, 128, "Wan2.1-1.3B 480p 81 frames (21x30x52)"),
@@ -31,6 +31,10 @@ SHAPES = {
     "wan14b-720p": BenchShape("wan14b-720p", 1, 40, 75600, 128, "Wan2.1-14B 720p 81 frames (21x45x80)"),
     "hunyuan-720p": BenchShape("hunyuan-720p", 1, 24, 119056, 128,
                                "HunyuanVideo 720p 129 frames (33x45x80 = 118800 video + 256 text tokens)"),
+    "short-d64": BenchShape("short-d64", 1, 24, 8192, 64, "B=1 H=24 N=8192 D=64: the short clip at head_dim 64"),
+    "ltx-video": BenchShape("ltx-video", 1, 32, 6144, 64, "LTX-Video 768x512 121 frames (16x16x24), head_dim 64"),
+    "cogvideox-5b": BenchShape("cogvideox-5b", 1, 48, 17776, 64,
+                               "CogVideoX-5B 720x480 49 frames (13x30x45 = 17550 video + 226 text), head_dim 64"),
 }
 # the names earlier results and commands use
 ALIASES = {"small": "short", "wan-480p": "wan14b-480p", "wan-720p": "wan14b-720p"}
@@ -42,6 +46,8 @@ GEOMETRIES = {
     "wan2.2-5b-720p": (31, 22, 40),
     "wan14b-480p": (21, 30, 52),
     "wan14b-720p": (21, 45, 80),
+    "short-d64": (8, 32, 32),
+    "ltx-video": (16, 16, 24),
 }
 
 
