@@ -29,7 +29,8 @@ def _shape_names(known) -> list[str]:
 def _shape_help() -> str:
     from ..bench.common import SHAPES
 
-    return ", ".join(f"{n} (H={s.heads} N={s.tokens})" for n, s in SHAPES.items())
+    return ", ".join(f"{n} (H={s.heads} N={s.tokens}" + (f" D={s.head_dim})" if s.head_dim != 128 else ")")
+                     for n, s in SHAPES.items())
 
 
 def register(app: typer.Typer) -> None:
