@@ -1,5 +1,6 @@
 """benchmarks/distributed_report.py: the comparisons and tables on run folders made here (no torchrun), the
-report's layout, and one-line errors for bad input. The torchrun measurement itself is run by hand (README)."""
+report's layout, and one-line errors for bad input. The torchrun measurement itself is run by hand
+(docs/distributed.md)."""
 
 import json
 import math

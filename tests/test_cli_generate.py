@@ -4,7 +4,7 @@ Most calls run the Typer app in-process (CliRunner: the same code path as the co
 paying the ~5 s torch + diffusers import per call); the acceptance's one-line error and the JSON
 rerun also run as real processes. One denoising step keeps it fast (mxattention runs on the exact
 reference engine: ~7 s a step on the CPU, FP16 ~0.5 s); the acceptance command itself, at the default
-steps, is timed in the README."""
+steps, is timed in results/demo-cpu.md."""
 
 import json
 import subprocess

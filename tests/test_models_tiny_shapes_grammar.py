@@ -153,9 +153,9 @@ def test_a_prompt_file_that_is_not_utf8_is_named(tmp_path):
         read_prompts(f)
 
 
-def test_the_readme_states_the_whole_vocabulary(repo):
+def test_the_model_card_states_the_whole_vocabulary(repo):
     import re
 
-    text = " ".join((repo / "README.md").read_text().split())
+    text = " ".join((repo / "lowbit_video" / "models" / "tiny_shapes" / "MODEL_CARD.md").read_text().split())
     for role, words in (("colours", COLORS), ("shapes", SHAPES), ("motions", MOTIONS), ("backgrounds", BACKGROUNDS)):
         assert re.search(rf"{role} {re.escape(', '.join(words))}[;.( ]", text), role
