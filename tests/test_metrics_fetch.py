@@ -500,3 +500,19 @@ def test_cli_user_mistakes_are_one_line_and_exit_2(tmp_path):
         res = invoke(*args, "--weights-dir", str(tmp_path))
         assert res.returncode == 2 and res.stderr.startswith("error: ") and msg in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_cli_progress_is_plain_lines_where_stderr_is_not_a_terminal(server, tmp_path):
+    root = tmp_path / "w"
+    server.files["/m/vbench/amt_model/amt-s.pth"] = blob(6000, 19)
+    res = invoke("fetch", "motion_smoothness", "--mirror", server.url + "/m", "--weights-dir", str(root))
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    url = server.url + "/m/vbench/amt_model/amt-s.pth"
+    assert re.fullmatch(r"\[\s+\d+\.\d s\] weights fetch: amt-s: 6\.0 kB from " + re.escape(url), lines[0]), lines
+    assert re.fullmatch(r"\[\s+\d+\.\d s\] weights fetch: amt-s: fetched, 6000 bytes, no published hash: "
+                        r"sha256 recorded locally in amt-s\.pth\.sha256\.json", lines[-1]), lines
+    assert "fetched 1 (6.0 kB), already present 0, failed 0" in res.stdout
+    again = invoke("fetch", "motion_smoothness", "--mirror", server.url + "/m", "--weights-dir", str(root))
+    assert again.returncode == 0 and again.stderr == ""
+    assert "fetched 0 (0 B), already present 1, failed 0" in again.stdout

@@ -27,6 +27,7 @@ what was received; other HTTP errors (404, 403) fail at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -225,15 +226,19 @@ def _download_once(url: str, part: Path, w: WeightFile, opts: Options, reporter:
     try:
         resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=opts.timeout)
     except urllib.error.HTTPError as e:
+        e.close()
         if e.code == 416 and have:
             return  # nothing after `have`: the .part is the whole file (verification decides)
         if e.code in _RETRY_STATUS:
             raise _Transient(_why(e)) from None
         raise FetchError(f"{_why(e)} from {url}") from None
     with resp:
-        if have and resp.status == 206 and _resumed_at(resp.headers.get("Content-Range")) == have:
+        if resp.status == 206:
+            if not have or _resumed_at(resp.headers.get("Content-Range")) != have:
+                part.unlink(missing_ok=True)  # a piece we did not ask for: start again without a Range
+                raise _Transient(f"the server answered with another range ({resp.headers.get('Content-Range')})")
             mode = "ab"
-        else:  # the server sent the whole file (it ignored or could not honour the Range)
+        else:  # the whole file (the server ignored or could not honour the Range)
             have, mode = 0, "wb"
         length = resp.headers.get("Content-Length")
         total = have + int(length) if length and length.isdigit() else None
@@ -419,6 +424,8 @@ def _fetch_one(w: WeightFile, root: Path, src: _Source, opts: Options, reporter:
         finally:
             if not src.local:  # a bad archive is not kept for a resume either: it is complete
                 archive.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    archive.parent.rmdir()  # only when empty
     part = dest.with_name(dest.name + PART_SUFFIX)
     resumed = part.is_file() and part.stat().st_size > 0
     _download(src.where, part, w, opts, reporter, sleep)
