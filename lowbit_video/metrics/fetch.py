@@ -278,34 +278,13 @@ def _download(url: str, part: Path, w: WeightFile, opts: Options, reporter: Repo
 # ------------------------------------------------------------------------------- verify, place
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _verify(w: WeightFile, cand: Path) -> str:
     """The sha256 of `cand` when its size and hash match the manifest; else delete it and raise."""
     size = cand.stat().st_size
     if w.size is not None and size != w.size:
         cand.unlink()
         raise FetchError(f"{size} bytes, expected {w.size}; the download was deleted")
-    digest = _sha256(cand)
+    digest = weights.file_sha256(cand)
     if w.sha256 is not None and not digest.startswith(w.sha256.lower()):
         cand.unlink()
         raise FetchError(f"sha256 {digest[:16]}... does not match the published {w.sha256[:16]}; "
@@ -315,7 +294,7 @@ def _verify(w: WeightFile, cand: Path) -> str:
 
 def _place_file(w: WeightFile, root: Path, cand: Path, source: str) -> Outcome:
     """Verify `cand` (beside its destination) and rename it onto the destination."""
-    from ..runstore import atomic_write_json
+    from ..runstore import _fsync_dir, atomic_write_json
 
     dest = root / w.relpath
     digest = _verify(w, cand)
@@ -390,6 +369,8 @@ def _place_folder(w: WeightFile, root: Path, fill: Callable[[Path], None], sourc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    from ..runstore import _fsync_dir
+
     _fsync_dir(dest.parent)
     files = sum(1 for p in dest.rglob("*") if p.is_file())
     return Outcome(w.key, w.relpath, w.kind, "fetched", f"folder of {files} files (contents not verified)",

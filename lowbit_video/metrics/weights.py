@@ -172,12 +172,16 @@ def entries_for(metric: str, manifest: Sequence[WeightFile] | None = None) -> li
 # ------------------------------------------------------------------------------------- hashing
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The full sha256 hex digest of a file, read in 1 MiB pieces."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_file_sha256 = file_sha256  # what the hash cache calls (looked up at call time: tests count the calls)
 
 
 class _HashCache:
@@ -326,5 +330,5 @@ def missing_for(metric: str, root: str | os.PathLike, manifest: Sequence[WeightF
 
 
 __all__ = ["CACHE_NAME", "ENV_VAR", "RECORD_SUFFIX", "FileStatus", "MANIFEST", "WeightFile", "check",
-           "entries_for", "fetch_command", "missing_for", "read_record", "record_path", "remember_hash",
+           "entries_for", "fetch_command", "file_sha256", "missing_for", "read_record", "record_path", "remember_hash",
            "weights_root"]
