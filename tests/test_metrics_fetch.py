@@ -358,6 +358,20 @@ def test_from_a_folder_copies_and_verifies(tmp_path):
     assert outs[3].detail.startswith(f"not found in {got} (looked for x/c.pth, c.pth")
 
 
+def test_from_a_folder_copies_folder_entries_as_folders_or_zips(tmp_path):
+    got, root = tmp_path / "downloads", tmp_path / "root"
+    (got / "models--bert-base-uncased" / "snapshots" / "abc").mkdir(parents=True)
+    (got / "models--bert-base-uncased" / "snapshots" / "abc" / "vocab.txt").write_text("[PAD]\n")
+    (got / "code.zip").write_bytes(_zip({"hubconf.py": b"# hub\n"}))
+    man = (entry("bert", "huggingface/hub/models--bert-base-uncased", None, None, kind="dir"),
+           entry("code", "vbench/code", "https://example.invalid/main.zip", None, kind="dir", member="dino-main/"))
+    outs, _, _ = run(man, root, from_dir=got)
+    assert [o.state for o in outs] == ["fetched", "fetched"]
+    assert (root / man[0].relpath / "snapshots/abc/vocab.txt").read_text() == "[PAD]\n"
+    assert (root / "vbench/code/hubconf.py").read_bytes() == b"# hub\n"
+    assert {s.state for s in check(root, man)} == {"present"}
+
+
 def test_dry_run_downloads_nothing(server, tmp_path):
     server.files["/d.bin"] = blob(10, 16)
     man = (entry("d", "d.bin", server.url + "/d.bin", None, size=10), entry("e", "e.bin", server.url + "/e", None),
@@ -516,3 +530,18 @@ def test_cli_progress_is_plain_lines_where_stderr_is_not_a_terminal(server, tmp_
     again = invoke("fetch", "motion_smoothness", "--mirror", server.url + "/m", "--weights-dir", str(root))
     assert again.returncode == 0 and again.stderr == ""
     assert "fetched 0 (0 B), already present 1, failed 0" in again.stdout
+
+
+def test_cli_an_entry_without_a_download_source_is_a_warning_with_the_command(tmp_path, monkeypatch):
+    import socket
+
+    def refuse(*a, **k):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    res = invoke("fetch", "bert-base-uncased", "--weights-dir", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("warning: bert-base-uncased (huggingface/hub/models--bert-base-uncased): no download source")
+    assert f"HF_HOME={tmp_path}/huggingface huggingface-cli download bert-base-uncased" in line
+    assert "failed 0" in res.stdout and "by hand  bert-base-uncased" in res.stdout

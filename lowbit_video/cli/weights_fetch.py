@@ -2,7 +2,8 @@
 
 Progress goes to stderr: a rich bar per file (bytes, rate, time left) on a terminal, timestamped
 plain lines (progress_lines) where stderr is not one. A failed file is one `error:` line on stderr
-as soon as it is settled; the command goes on with the others and exits 2 at the end.
+as soon as it is settled; the command goes on with the others and exits 2 at the end. An entry with
+no download source is a `warning:` (nothing was tried; its metrics stay unavailable).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .common import JsonOpt, err, line_progress, out, print_json, user_errors
 
 FETCH_HELP = """Download the weight files the named metrics need (or --all) into the weights root, verified.
 
-Only entries that `weights check` does not find present and verified are fetched. Each goes to <file>.part (a .part left by an interrupted or failed fetch is resumed with an HTTP Range request), is checked against the manifest's size and sha256, and only then renamed into place; a file that fails the check is deleted and reported. A file the manifest has no hash for is hashed and the hash recorded beside it (<file>.sha256.json); `weights check` then verifies it against that record and says the hash is local, not published. Every file is tried; exit code 2 when any failed.
+Only entries that `weights check` does not find present and verified are fetched. Each goes to <file>.part (a .part left by an interrupted or failed fetch is resumed with an HTTP Range request), is checked against the manifest's size and sha256, and only then renamed into place; a file that fails the check is deleted and reported. A file the manifest has no hash for is hashed and the hash recorded beside it (<file>.sha256.json); `weights check` then verifies it against that record and says the hash is local, not published. Every file is tried; exit code 2 when any failed. An entry with no download source (bert-base-uncased: the Hugging Face cache layout is the Hugging Face client's to write) is listed with the command that gets it by hand; it does not fail the command.
 
 Relative path: an entry's path under the weights root, exactly as `weights check` lists it (e.g. vbench/raft_model/models/raft-things.pth). --mirror URL fetches each file from URL/<relative path> (the file itself, even where the original source is an archive) and each folder entry from URL/<relative path>.zip (a zip of the folder's contents at its top level): serving a copy of a complete weights root is a mirror. --from DIR copies from DIR/<relative path>, else DIR/<file name>, else (archive entries) DIR/<the archive's file name as downloaded>; folders likewise, or DIR/<relative path>.zip.
 """
@@ -88,6 +89,9 @@ class _FetchProgress:
             self.bar.update(task, visible=outcome.state == "fetched")
         if outcome.state == "failed":
             self.say(f"error: {outcome.key} ({outcome.relpath}): {outcome.detail}")
+        elif outcome.state == "manual" and not self.quiet:
+            # not a failure of this command (nothing was tried), but its metrics stay n/a until done
+            self.say(f"warning: {outcome.key} ({outcome.relpath}): {outcome.detail}")
         elif self.lines and outcome.state == "fetched":
             self.lines.line(f"{outcome.key}: fetched, {outcome.detail}")
 
