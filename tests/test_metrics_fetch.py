@@ -229,6 +229,7 @@ def test_a_dropped_download_without_retries_is_resumed_by_the_next_run(server, t
     assert o.state == "failed" and "drop.bin.part kept" in o.detail
     assert not (tmp_path / "drop.bin").exists()
     assert (tmp_path / "drop.bin.part").read_bytes() == data[:40_000]
+    assert "a partial download drop.bin.part is there" in check(tmp_path, man)[0].detail
     (o2,), _, _ = run(man, tmp_path, options=once)
     assert o2.state == "fetched" and (tmp_path / "drop.bin").read_bytes() == data
     assert server.requests("/drop.bin") == [None, "bytes=40000-"]

@@ -262,6 +262,8 @@ def _status(w: WeightFile, root: Path, cache: _HashCache) -> FileStatus:
         return st
     if not path.is_file():
         st.detail = f"not found; source: {w.source}"
+        if path.with_name(path.name + ".part").is_file():
+            st.detail += f" (a partial download {path.name}.part is there: `weights fetch` resumes it)"
         return st
     st.found_size = path.stat().st_size
     if w.size is not None and st.found_size != w.size:
