@@ -92,7 +92,8 @@ class FileStatus:
 _HF_USED = "HF OpenGVLab/VBench_Used_Models"
 _HF_USED_URL = "https://huggingface.co/OpenGVLab/VBench_Used_Models/resolve/main/"
 _CLIP_URL = "https://openaipublic.azureedge.net/clip/models/"
-# The download URLs are those VBench's own init_submodules (and torchvision, for AlexNet) fetch from.
+# The download URLs are those VBench itself (init_submodules, its aesthetic and ViCLIP modules) and
+# torchvision fetch from; the DINO code is GitHub's archive of the repository VBench clones.
 MANIFEST: tuple[WeightFile, ...] = (
     WeightFile("lpips-alexnet", "torch/hub/checkpoints/alexnet-owt-7be5be79.pth", ("lpips",), "7be5be79", None,
                "torchvision AlexNet IMAGENET1K_V1 (download.pytorch.org/models/alexnet-owt-7be5be79.pth); "
