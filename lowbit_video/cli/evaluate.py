@@ -1,4 +1,4 @@
-"""`lowbit-video evaluate`, `lowbit-video weights check` and `lowbit-video metrics`.
+"""`lowbit-video evaluate`, `lowbit-video weights check|fetch` and `lowbit-video metrics`.
 
 Thin: parse, call lowbit_video.evaluate / lowbit_video.metrics, render with rich (progress on
 stderr, tables or one JSON object on stdout). User mistakes are one line on stderr, exit 2.
@@ -12,6 +12,7 @@ from typing import Any, Optional
 import typer
 
 from ..evaluate import EvalReporter
+from . import weights_fetch
 from .common import JsonOpt, err, line_progress, out, print_json, progress_bar, user_errors
 
 WeightsDirOpt = typer.Option(None, "--weights-dir", help="Weights root (default: $LOWBIT_VIDEO_WEIGHTS_DIR, else ~/.cache/lowbit-video/weights).")
@@ -144,7 +145,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Score runs: PSNR, SSIM, cosine, LPIPS against the baseline (FP16) run, VBench dimensions, tiny-shapes adherence.
 
-        Writes metrics.json beside each run (atomically) and skips metrics already scored. A metric whose weights are missing is stored as {"unavailable": reason}; weights are never downloaded (`lowbit-video weights check`).
+        Writes metrics.json beside each run (atomically) and skips metrics already scored. A metric whose weights are missing is stored as {"unavailable": reason}; evaluate never downloads weights (`lowbit-video weights check`, `lowbit-video weights fetch`).
 
         Many processes: `torchrun --nproc-per-node N -m lowbit_video evaluate ...` splits the runs over the N ranks (each scored by exactly one; rank 0 prints the table when all are done); `--shard i/n` does the same for array jobs.
         """
@@ -186,7 +187,7 @@ def register(app: typer.Typer) -> None:
         else:
             _summary(results, f"evaluate · baseline {baseline} · {len(results)} run{'s' * (len(results) != 1)}")
 
-    weights_app = typer.Typer(help="The weight files learned metrics need (never downloaded).", no_args_is_help=True)
+    weights_app = typer.Typer(help="The weight files learned metrics need: check them, fetch them.", no_args_is_help=True)
     app.add_typer(weights_app, name="weights")
 
     @weights_app.command("check")
@@ -194,7 +195,7 @@ def register(app: typer.Typer) -> None:
     def weights_check(weights_dir: Optional[str] = WeightsDirOpt, as_json: bool = JsonOpt) -> None:
         """List every file of the weights manifest: present, missing, bad-hash or bad-size, and the metrics using it.
 
-        Always exits 0: missing files only make their metrics unavailable.
+        Always exits 0: missing files only make their metrics unavailable (`weights fetch` gets them). A file without a published hash that `weights fetch` downloaded is verified against the hash recorded then ("hash recorded locally, not published").
         """
         from rich.table import Table
 
@@ -217,6 +218,8 @@ def register(app: typer.Typer) -> None:
         ok = [n for n, v in avail.items() if v == "available"]
         out.print(f"metrics available: {', '.join(ok) or 'none'}", highlight=False)
         out.print(f"unavailable: {', '.join(n for n in avail if n not in ok) or 'none'}", highlight=False)
+
+    weights_fetch.register(weights_app, WeightsDirOpt)
 
     @app.command("metrics")
     @user_errors
