@@ -10,6 +10,11 @@ recipe's kernel where one takes the call (`dispatch.kernel_runs`), else the CPU 
 engine on a GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged).
 Eager calls run that same function (`run_recipe`) without the op's dispatch (`recipe_attention`).
 
+Autograd: the op is inference-only, like every quantized recipe (api.py). `run_recipe` refuses a call autograd
+would record with InferenceOnlyError; inside the op grad mode is already off, so the op's autograd registration
+refuses it there instead, as the op returns and before its output enters the graph (torch's default for an op with
+no formula raises only at backward, after the whole forward has been spent).
+
 Its fake implementation, which compilers trace instead of the kernels, is `torch.empty_like(q)`: the output has q's
 shape, dtype and strides. The real implementation keeps that promise: a kernel writes into `empty_like(q)`, any other
 result is copied into one.
@@ -24,6 +29,7 @@ import json
 import torch
 
 from ..draft.layout import VideoGeometry
+from ..errors import inference_only
 from ..kernels import dispatch
 from ..recipes import OPERANDS, AttentionSpec, DraftSpec, OperandQuant
 from .engines import CPU_PATHS, ENGINES, check_finite
@@ -83,7 +89,9 @@ def spec_from_key(key: str) -> AttentionSpec:
 def run_recipe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: AttentionSpec, scale: float | None,
                rope: tuple[int, ...] | None, grid: VideoGeometry | None) -> torch.Tensor:
     """What the op computes: the recipe's kernel where one takes the call, else the CPU path or the engine (after the
-    NaN/Inf check); the result in the layout of `torch.empty_like(q)`."""
+    NaN/Inf check); the result in the layout of `torch.empty_like(q)`. InferenceOnlyError where autograd records."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise inference_only(f"the {OP_NAME} op")
     if dispatch.kernel_runs(recipe, q, k, grid):
         out = dispatch.run_kernel(recipe, q, k, v, scale=scale, rope_segments=rope, geometry=grid)
     else:
@@ -109,6 +117,18 @@ def _recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: s
 @_recipe_attention.register_fake
 def _recipe_attention_fake(q, k, v, spec, scale, rope_segments, geometry):
     return torch.empty_like(q)
+
+
+def _refuse_autograd(ctx, inputs, output):
+    # autograd runs this right after the forward, only when grad mode is on and an input requires grad
+    raise inference_only(f"the {OP_NAME} op")
+
+
+def _no_backward(ctx, grad):
+    raise inference_only(f"the {OP_NAME} op")  # unreachable: _refuse_autograd stops every recorded call
+
+
+_recipe_attention.register_autograd(_no_backward, setup_context=_refuse_autograd)
 
 
 def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
