@@ -15,6 +15,7 @@ import torch
 
 from lowbit_video.attention import VideoGeometry, attend, reference_attention
 from lowbit_video.attention.custom_op import run_recipe, spec_key
+from lowbit_video.attention.draft import draft_attention
 from lowbit_video.errors import InferenceOnlyError, UserError
 from lowbit_video.kernels import dispatch
 from lowbit_video.recipes import available_recipes, load_recipe
@@ -141,9 +142,12 @@ def test_attend_refuses_autograd_under_torch_compile():
         assert torch.equal(compiled(q, k, v), attend(q, k, v, recipe))
 
 
-def test_the_reference_engine_refuses_autograd_when_called_directly():
-    q, k, v = qkv(n=64)
-    assert_refused(lambda: reference_attention(q, k, v, load_recipe("mxattention").attention)[0].sum().backward())
+def test_the_engines_refuse_autograd_when_called_directly():
+    q, k, v = qkv()
+    assert "reference engine" in assert_refused(
+        lambda: reference_attention(q, k, v, load_recipe("mxattention").attention)[0].sum().backward())
+    spec = load_recipe("draftattention2").attention.draft
+    assert "draft engine" in assert_refused(lambda: draft_attention(q, k, v, spec, GEOMETRY)[0].sum().backward())
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
