@@ -10,10 +10,11 @@ recipe's kernel where one takes the call (`dispatch.kernel_runs`), else the CPU 
 engine on a GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged).
 Eager calls run that same function (`run_recipe`) without the op's dispatch (`recipe_attention`).
 
-Autograd: the op is inference-only, like every quantized recipe (api.py). `run_recipe` refuses a call autograd
-would record with InferenceOnlyError; inside the op grad mode is already off, so the op's autograd registration
-refuses it there instead, as the op returns and before its output enters the graph (torch's default for an op with
-no formula raises only at backward, after the whole forward has been spent).
+Autograd: the op is inference-only, like every quantized recipe (api.py). `attend` refuses a call autograd would
+record before it gets here; a direct call of the op is refused by the op's autograd registration, as the op returns
+and before its output enters the graph (torch's default for an op with no formula raises only at backward, after
+the whole forward has been spent). `run_recipe` and `recipe_attention` are the plumbing between the two and do not
+check again.
 
 Its fake implementation, which compilers trace instead of the kernels, is `torch.empty_like(q)`: the output has q's
 shape, dtype and strides. The real implementation keeps that promise: a kernel writes into `empty_like(q)`, any other
@@ -89,9 +90,7 @@ def spec_from_key(key: str) -> AttentionSpec:
 def run_recipe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: AttentionSpec, scale: float | None,
                rope: tuple[int, ...] | None, grid: VideoGeometry | None) -> torch.Tensor:
     """What the op computes: the recipe's kernel where one takes the call, else the CPU path or the engine (after the
-    NaN/Inf check); the result in the layout of `torch.empty_like(q)`. InferenceOnlyError where autograd records."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise inference_only(f"the {OP_NAME} op")
+    NaN/Inf check); the result in the layout of `torch.empty_like(q)`."""
     if dispatch.kernel_runs(recipe, q, k, grid):
         out = dispatch.run_kernel(recipe, q, k, v, scale=scale, rope_segments=rope, geometry=grid)
     else:
@@ -141,7 +140,7 @@ def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec, *,
                      scale: float | None = None, rope_segments=None,
                      geometry: VideoGeometry | None = None) -> torch.Tensor:
-    """Attention of BHND q, k, v under `spec` (the caller checked shapes and recipe): through the custom op while
+    """Attention of BHND q, k, v under `spec` (the caller checked shapes, recipe and autograd): through the custom op while
     torch.compile traces, directly otherwise. Both run `run_recipe`; an eager call skips the op's dispatch and its
     output-aliasing check, host time that showed at short sequences (the GPU waits for the launches), and a CUDA
     graph captured eagerly records the same launches."""
