@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from lowbit_video.errors import inference_only
 from . import dispatch, prepass
 from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_NVFP4, MODE_SAGE, attn_fwd
 from .dispatch import merged_config
@@ -94,7 +95,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         placement, with P̃ = exp(S − m) over the scores S = Q̂K̂ᵀ·scale (+ ΔS) as the kernel quantized them, plus
         q·mean(K)·scale where K was smoothed: the reference engine's `AttentionDiagnostics.lse`. Returns
         (out, lse).
+
+    Inference-only: the kernels have no backward, so a call autograd would record raises InferenceOnlyError.
     """
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise inference_only("lowbit_video.kernels.attention")
     spec, variant = _spec_and_variant(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")

@@ -22,3 +22,21 @@ class ShapeError(UserError, ValueError):
 class DamagedRunError(ValueError):
     """A run's file that exists but cannot be read (truncated, corrupt): that run is reported and
     left out; the other runs of the command go on."""
+
+
+class AttentionInputError(UserError, TypeError):
+    """Attention inputs of the wrong kind: not torch tensors, not floating point, of different dtypes or on
+    different devices."""
+
+
+class InferenceOnlyError(UserError, RuntimeError):
+    """A call autograd would record through attention that has no gradients (see `inference_only`)."""
+
+
+def inference_only(subject: str) -> InferenceOnlyError:
+    """The error for `subject` (e.g. "recipe 'mxattention'") called while autograd records: quantization has no
+    useful gradient (rounding is flat almost everywhere) and the kernels and the CPU path have no backward, so
+    the only honest answer is to refuse rather than return zero or wrong gradients."""
+    return InferenceOnlyError(
+        f"{subject} is inference-only (it has no gradients): call it under torch.no_grad() or "
+        "torch.inference_mode(); only the fp16 recipe on attend's default backend (torch SDPA) supports autograd")

@@ -9,18 +9,24 @@ of its own: for CPU tensors, and wherever the reference or draft engine runs (th
 anyway). The CUDA fast paths (the kernels, torch SDPA) do not check: a check there would be a full pass over Q, K
 and V and a host sync on every call. Callers that take tensors from users on CUDA call `check_finite` once
 (the CLI's diagnostics run the engine, which checks).
+
+Autograd: only the unquantized recipe on the default backend (torch SDPA) has gradients. Every other call that
+autograd would record (grad mode on and q, k or v requiring grad) raises InferenceOnlyError before anything runs:
+the quantizers' rounding has zero gradient almost everywhere and the kernels, the CPU path and the custom op have
+no backward, so recording them would give zero or wrong gradients. The check reads two flags (no host sync).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import ShapeError
+from ..errors import AttentionInputError, RecipeError, ShapeError, inference_only
 from ..kernels import dispatch
-from ..recipes import Recipe
+from ..recipes import AttentionSpec, Recipe
 from ..draft.layout import VideoGeometry
 from .custom_op import recipe_attention
 from .engines import CPU_PATHS, ENGINES, check_finite
@@ -79,9 +85,18 @@ def attend(
 
     Returns the output in q's layout and dtype; with return_diagnostics, (out, diagnostics); with
     return_lse, (out, lse); with both, (out, diagnostics, lse).
+
+    Inputs: q, k and v are torch tensors of one floating dtype on one device, for every recipe (torch SDPA's
+    rule: a recipe that quantizes could take mixed dtypes, but then the unquantized recipe, the baseline every
+    recipe is compared with, could not run the same call). Anything else raises AttentionInputError; a recipe
+    that is not a name, a path, a Recipe or an AttentionSpec raises RecipeError.
+
+    Autograd: inference-only except for the unquantized recipe on backend "auto" (torch SDPA, whose gradients are
+    torch's). Any other call while autograd records (torch.is_grad_enabled() and q, k or v requiring grad)
+    raises InferenceOnlyError; run it under torch.no_grad() or torch.inference_mode().
     NaN/Inf inputs raise NonFiniteInputError on CPU and in the engines, not on the CUDA fast paths (module docstring).
     """
-    spec = dispatch.attention_spec(recipe)
+    spec = _spec_of(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ShapeError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     _check_inputs(q, k, v, layout)
@@ -92,8 +107,11 @@ def attend(
     row = (dispatch.variant_of.__wrapped__ if torch.compiler.is_compiling() else dispatch.variant_of)(spec)
     lse = None
     fast = backend == "auto" and not return_diagnostics
+    records = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if records and not (fast and row.exact):
+        raise inference_only(_subject(recipe, spec, row, backend))
 
-    if fast and return_lse and dispatch.kernel_runs(spec, q, k, geometry, return_lse=True):
+    if fast and return_lse and not records and dispatch.kernel_runs(spec, q, k, geometry, return_lse=True):
         # ring attention's call: the kernel with the LSE its epilogue writes (eagerly, outside the custom op)
         out, lse = dispatch.run_kernel(spec, q, k, v, scale=scale, rope_segments=rope_segments, geometry=geometry,
                                        return_lse=True)
@@ -143,12 +161,44 @@ def dense_lse(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = None,
     return out
 
 
+def _spec_of(recipe) -> AttentionSpec:
+    """`dispatch.attention_spec`, with RecipeError for a recipe of the wrong type (looked at only when the lookup
+    failed, so the hot path pays nothing)."""
+    try:
+        return dispatch.attention_spec(recipe)
+    except TypeError:
+        if isinstance(recipe, (str, os.PathLike, Recipe, AttentionSpec)):
+            raise
+        raise RecipeError(f"recipe must be a recipe name, a path, a Recipe or an AttentionSpec, "
+                          f"got {_type_name(recipe)}") from None
+
+
+def _subject(recipe, spec: AttentionSpec, row, backend: str) -> str:
+    """What InferenceOnlyError names: the recipe where it quantizes, else what took the call off torch SDPA."""
+    if not row.exact:
+        if isinstance(recipe, AttentionSpec):
+            return f"the {spec.kind} recipe"
+        return f"recipe {recipe.name if isinstance(recipe, Recipe) else os.fspath(recipe)!r}"
+    return f"attend(backend={backend!r})" if backend != "auto" else "attend(return_diagnostics=True)"
+
+
+def _type_name(value) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise AttentionInputError(f"{name} must be a torch.Tensor, got {_type_name(t)}")
         if t.dim() != 4:
             raise ShapeError(f"{name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
         if not t.is_floating_point():
-            raise ShapeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+            raise AttentionInputError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise AttentionInputError(f"q, k and v must have one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise AttentionInputError(f"q, k and v must be on one device, got q {q.device}, k {k.device}, v {v.device}")
     tok = 1 if layout == "BNHD" else 2
     hd = 2 if layout == "BNHD" else 1
     if q.shape[0] != k.shape[0] or k.shape[0] != v.shape[0]:

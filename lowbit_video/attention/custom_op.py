@@ -10,6 +10,12 @@ recipe's kernel where one takes the call (`dispatch.kernel_runs`), else the CPU 
 engine on a GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged).
 Eager calls run that same function (`run_recipe`) without the op's dispatch (`recipe_attention`).
 
+Autograd: the op is inference-only, like every quantized recipe (api.py). `attend` refuses a call autograd would
+record before it gets here; a direct call of the op is refused by the op's autograd registration, as the op returns
+and before its output enters the graph (torch's default for an op with no formula raises only at backward, after
+the whole forward has been spent). `run_recipe` and `recipe_attention` are the plumbing between the two and do not
+check again.
+
 Its fake implementation, which compilers trace instead of the kernels, is `torch.empty_like(q)`: the output has q's
 shape, dtype and strides. The real implementation keeps that promise: a kernel writes into `empty_like(q)`, any other
 result is copied into one.
@@ -24,6 +30,7 @@ import json
 import torch
 
 from ..draft.layout import VideoGeometry
+from ..errors import inference_only
 from ..kernels import dispatch
 from ..recipes import OPERANDS, AttentionSpec, DraftSpec, OperandQuant
 from .engines import CPU_PATHS, ENGINES, check_finite
@@ -111,6 +118,18 @@ def _recipe_attention_fake(q, k, v, spec, scale, rope_segments, geometry):
     return torch.empty_like(q)
 
 
+def _refuse_autograd(ctx, inputs, output):
+    # autograd runs this right after the forward, only when grad mode is on and an input requires grad
+    raise inference_only(f"the {OP_NAME} op")
+
+
+def _no_backward(ctx, grad):
+    raise inference_only(f"the {OP_NAME} op")  # unreachable: _refuse_autograd stops every recorded call
+
+
+_recipe_attention.register_autograd(_no_backward, setup_context=_refuse_autograd)
+
+
 def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """`out` in the layout of `torch.empty_like(q)` (the fake's), copied only where it is not already."""
     if out.stride() == torch.empty_like(q, device="meta").stride():
@@ -121,7 +140,7 @@ def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec, *,
                      scale: float | None = None, rope_segments=None,
                      geometry: VideoGeometry | None = None) -> torch.Tensor:
-    """Attention of BHND q, k, v under `spec` (the caller checked shapes and recipe): through the custom op while
+    """Attention of BHND q, k, v under `spec` (the caller checked shapes, recipe and autograd): through the custom op while
     torch.compile traces, directly otherwise. Both run `run_recipe`; an eager call skips the op's dispatch and its
     output-aliasing check, host time that showed at short sequences (the GPU waits for the launches), and a CUDA
     graph captured eagerly records the same launches."""
