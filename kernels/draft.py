@@ -22,6 +22,7 @@ import os
 import torch
 
 from lowbit_video.draft.alloc import head_quotas
+from lowbit_video.errors import refuse_autograd
 from lowbit_video.draft.layout import pack_layout
 
 from . import draft_ws
@@ -172,6 +173,7 @@ def draft_attention(q, k, v, recipe, geometry, *, layout: str = "BHND", scale: f
     the DraftPlan with return_plan). return_lse: (out, lse[, plan]), lse fp32 (B, H, N) (BNHD: (B, N, H)) the
     engine's: the natural log of the normaliser each row was divided by (Σ P̃ over the blocks it kept, before
     quantization, as the engine's ℓ; −inf for a row that kept nothing); prefix queries attend densely."""
+    refuse_autograd("lowbit_video.kernels.draft.draft_attention", q, k, v)
     prep, rte, kern, box = split_draft(q, k, v, recipe, geometry, layout=layout, scale=scale, codes=codes,
                                        config=config, return_lse=return_lse)
     prep()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from lowbit_video.errors import inference_only
+from lowbit_video.errors import refuse_autograd
 from . import dispatch, prepass
 from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_NVFP4, MODE_SAGE, attn_fwd
 from .dispatch import merged_config
@@ -98,8 +98,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
 
     Inference-only: the kernels have no backward, so a call autograd would record raises InferenceOnlyError.
     """
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise inference_only("lowbit_video.kernels.attention")
+    refuse_autograd("lowbit_video.kernels.attention", q, k, v)
     spec, variant = _spec_and_variant(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")

@@ -33,6 +33,20 @@ class InferenceOnlyError(UserError, RuntimeError):
     """A call autograd would record through attention that has no gradients (see `inference_only`)."""
 
 
+def records_autograd(*tensors) -> bool:
+    """Whether autograd would record a call on these tensors (grad mode on, one of them requiring grad): two flag
+    reads, no host synchronisation."""
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def refuse_autograd(subject: str, *tensors) -> None:
+    """Raise `inference_only(subject)` where autograd would record a call on `tensors`."""
+    if records_autograd(*tensors):
+        raise inference_only(subject)
+
+
 def inference_only(subject: str) -> InferenceOnlyError:
     """The error for `subject` (e.g. "recipe 'mxattention'") called while autograd records: quantization has no
     useful gradient (rounding is flat almost everywhere) and the kernels and the CPU path have no backward, so

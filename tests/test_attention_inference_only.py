@@ -153,6 +153,15 @@ def test_the_kernel_entry_refuses_autograd_before_looking_at_the_device():
     assert "lowbit_video.kernels.attention" in assert_refused(lambda: attention(q, k, v, "mxattention"))
 
 
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+def test_the_draft_kernel_entry_refuses_autograd_before_looking_at_the_device():
+    from lowbit_video.kernels.draft import draft_attention as draft_kernel
+
+    q, k, v = qkv(n=GEOMETRY.tokens)
+    assert "draft_attention" in assert_refused(
+        lambda: draft_kernel(q, k, v, load_recipe("draftattention2").attention, GEOMETRY))
+
+
 # ------------------------------------------------------------------------------- a model under use_recipe
 
 

@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from ..errors import AttentionInputError, RecipeError, ShapeError, inference_only
+from ..errors import AttentionInputError, RecipeError, ShapeError, inference_only, records_autograd
 from ..kernels import dispatch
 from ..recipes import AttentionSpec, Recipe
 from ..draft.layout import VideoGeometry
@@ -107,7 +107,7 @@ def attend(
     row = (dispatch.variant_of.__wrapped__ if torch.compiler.is_compiling() else dispatch.variant_of)(spec)
     lse = None
     fast = backend == "auto" and not return_diagnostics
-    records = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    records = records_autograd(q, k, v)
     if records and not (fast and row.exact):
         raise inference_only(_subject(recipe, spec, row, backend))
 

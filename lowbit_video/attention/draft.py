@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import torch
 
-from ..errors import ShapeError, inference_only
+from ..errors import ShapeError, refuse_autograd
 from ..recipes import DraftSpec
 from ..draft.alloc import CODES, SKIP, allocate, budget_fractions, head_quotas
 from .draft_exec import NVFP4_BLOCK, empty_query_regions, run_phases
@@ -113,8 +113,7 @@ def draft_attention(
 ) -> tuple[torch.Tensor, DraftDiagnostics]:
     """DraftAttention2 self-attention of BHND q, k, v laid out as `geometry`, in float64. Inference-only, as
     `reference_attention`: InferenceOnlyError where autograd records."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise inference_only("the draft engine")
+    refuse_autograd("the draft engine", q, k, v)
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     p = geometry.prefix if geometry is not None else 0

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from ..errors import inference_only
+from ..errors import refuse_autograd
 from ..recipes import AttentionSpec
 from ..transforms import hadamard_matrix, qk_transforms, smooth_k, smooth_q
 from .quantizers import build_quantizer
@@ -147,8 +147,7 @@ def reference_attention(
 
     Inference-only (the quantizers' rounding has no useful gradient): InferenceOnlyError where autograd records.
     """
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise inference_only("the reference engine")
+    refuse_autograd("the reference engine", q, k, v)
     ops = prepare_operands(q, k, v, spec, scale=scale, rope_segments=rope_segments, measure_errors=measure_errors)
     q_hat, k_hat, v_hat, k, q_mean, scale = ops.q_hat, ops.k_hat, ops.v_hat, ops.k, ops.q_mean, ops.scale
     quant_p = build_quantizer("p", spec.p)
