@@ -10,24 +10,45 @@ py=${1:-$repo/.venv/bin/python}
 py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")
 work=$(mktemp -d "${TMPDIR:-/tmp}/wheel-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-say() { echo "wheel-check: $*"; }
+say() { echo "wheel-check [${SECONDS} s]: $*"; }
 
 # Build from a copy of the tracked and untracked-but-not-ignored files: setuptools' in-tree build/
 # folder could otherwise carry files that no longer exist into the wheel.
 mkdir "$work/src"
 (cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work/src" 2>/dev/null || true)
 log="$work/build.log"
-"$py" -m pip wheel "$work/src" --no-deps -w "$work/dist" >"$log" 2>&1 || { cat "$log"; exit 1; }
-if grep -i -E "warning|deprecat" "$log" | grep -v -E "Location '.*' is ignored|dependency resolver|requires .*, which is not installed"; then
+# -v: pip shows the build backend's own warnings only when verbose
+"$py" -m pip wheel -v "$work/src" --no-deps -w "$work/dist" >"$log" 2>&1 || { cat "$log"; exit 1; }
+# setuptools' warnings (a deprecated key, a data folder left out); pip's own notes about its indexes
+# and the build environment are not about the package
+if grep -i -E "warning|deprecat" "$log" | grep -v -E "Location '.*' is ignored|dependency resolver|byte-compiling is disabled"; then
   say "the wheel build warns (above)"; exit 1
 fi
 wheel=$(ls "$work"/dist/lowbit_video-*.whl)
 "$py" -m pip install -q --no-deps --no-index --target "$work/site" "$wheel"
 say "built and installed $(basename "$wheel")"
 
-mkdir "$work/run"
+# Every Python process below: the checkout's editable-install finder (a .pth in the venv) is taken out,
+# so nothing can be found in the checkout; at exit, every lowbit_video module loaded must come from
+# the installed folder (or, for the zip check, the wheel).
+mkdir "$work/run" "$work/boot"
+cat >"$work/boot/sitecustomize.py" <<'PY'
+import atexit, os, sys
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+ROOT = os.environ["WHEEL_CHECK_ROOT"]
+
+def _only_from_root():
+    bad = sorted(f"{n}: {m.__file__}" for n, m in list(sys.modules.items())
+                 if n.split(".")[0] == "lowbit_video" and getattr(m, "__file__", None)
+                 and not os.path.realpath(m.__file__).startswith(os.path.realpath(ROOT) + os.sep))
+    if bad:
+        print("wheel-check: modules loaded from outside " + ROOT + ": " + ", ".join(bad), file=sys.stderr, flush=True)
+        os._exit(3)
+
+atexit.register(_only_from_root)
+PY
 cd "$work/run"
-export PYTHONPATH="$work/site" PYTHONSAFEPATH=1 LOWBIT_VIDEO_RECIPES=
+export PYTHONPATH="$work/site:$work/boot" WHEEL_CHECK_ROOT="$work/site" PYTHONSAFEPATH=1 LOWBIT_VIDEO_RECIPES=
 n_recipes=$(ls "$repo"/recipes/*.toml | wc -l)
 n_studies=$(ls "$repo"/recipes/ablations/*.toml | wc -l)
 n_prompts=$(ls "$repo"/prompts/*.txt | wc -l)
@@ -88,7 +109,7 @@ say "use_recipe on the shipped model"
 
 # The wheel itself (a zip) on sys.path: names, includes between files, studies and prompt sets
 # resolve through importlib.resources without a file system path.
-PYTHONPATH="$wheel" "$py" - "$wheel" "$n_recipes" "$n_studies" "$n_prompts" <<'PY'
+PYTHONPATH="$wheel:$work/boot" WHEEL_CHECK_ROOT="$wheel" "$py" - "$wheel" "$n_recipes" "$n_studies" "$n_prompts" <<'PY'
 import sys
 wheel, n_recipes, n_studies, n_prompts = sys.argv[1], *map(int, sys.argv[2:])
 import lowbit_video
