@@ -85,11 +85,12 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     from ..distributed import ShardSpec
 
     shard = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)
+    from ..devices import resolve_device
     from ..runstore import check_output
 
     check_output(opts.out, "--out")  # before any model is loaded
     return Resolved(model=opts.model or study.run.model, prompts=opts.prompts or study.run.prompts,
-                    seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=opts.device,
+                    seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=resolve_device(opts.device),
                     weights_dir=opts.weights_dir, size=size, shard=shard, model_path=opts.model_path,
                     prompt_limit=opts.prompt_limit)
 
