@@ -18,9 +18,9 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
-from .errors import RecipeError
+from .errors import RecipeError, UserError
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -47,6 +47,7 @@ QMAX_RANGE = (3.0, 12.0)
 STATIC_SCALE_RANGE = (2.0 ** -126, 2.0 ** 127)
 MAX_NESTING = 64  # tables nested deeper than this are no recipe or study (the parser would recurse away)
 BASELINE_NAME = "fp16"
+T = TypeVar("T")
 
 # Every field and its valid values: what `recipes validate` states on an error and `recipes schema`
 # lists. Keys are TOML key paths; <op> is one of q, k, v, p.
@@ -257,17 +258,22 @@ def available_recipes() -> dict[str, "Traversable"]:
     return found
 
 
-def load_all() -> tuple[list[Recipe], list[RecipeError]]:
-    """Every available recipe that loads, and the error of each one that does not (a broken file
-    among good ones hides none of them)."""
-    good: list[Recipe] = []
-    broken: list[RecipeError] = []
-    for _, file in sorted(available_recipes().items()):
+def load_each(files: Mapping[str, "Traversable"], load: Callable[[Any], T]) -> tuple[list[T], list[UserError]]:
+    """`load` of every file (in name order) that loads, and the one-line error of each one that does
+    not: a broken file among good ones hides none of them (the recipe and study listings)."""
+    good: list[T] = []
+    broken: list[UserError] = []
+    for _, file in sorted(files.items()):
         try:
-            good.append(recipe_from_file(file))
-        except RecipeError as e:
+            good.append(load(file))
+        except UserError as e:
             broken.append(e)
     return good, broken
+
+
+def load_all() -> tuple[list[Recipe], list[UserError]]:
+    """Every available recipe that loads, and the error of each one that does not."""
+    return load_each(available_recipes(), recipe_from_file)
 
 
 def is_traversable(value: Any) -> bool:

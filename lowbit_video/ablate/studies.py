@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import UserError
-from ..recipes import (Where, check_qmax, file_stem, is_traversable, read_with_includes,  # shared include/merge and key-path errors
+from ..recipes import (Where, check_qmax, file_stem, is_traversable, load_each, read_with_includes,  # shared include/merge and key-path errors
                        toml_files)
 
 if TYPE_CHECKING:
@@ -221,6 +221,11 @@ def available_studies() -> dict[str, "Traversable"]:
 
 def list_studies() -> list[Study]:
     return [load_study(p) for p in available_studies().values()]
+
+
+def load_all_studies() -> tuple[list[Study], list[UserError]]:
+    """Every available study that loads, and the error of each one that does not."""
+    return load_each(available_studies(), study_from_file)
 
 
 def load_study(name_or_path: "str | os.PathLike | Traversable") -> Study:

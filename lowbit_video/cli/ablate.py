@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from .common import (DEVICE_HELP, GreedyCommand, JsonOpt, RichReporter, err, line_progress, out, print_json, progress_bar,
-                     short_path, user_errors)
+                     report_broken, short_path, user_errors)
 
 
 def _seeds(values: list[str] | None) -> list[int] | None:
@@ -120,17 +120,19 @@ def register(app: typer.Typer) -> None:
         import sys
 
         from ..distributed import ShardSpec
-        from ..ablate import AblateOptions, list_studies, run_study
+        from ..ablate import AblateOptions, run_study
         from ..errors import UserError
 
         if list_:
-            rows = [s.row() for s in list_studies()]
-            if not rows:
-                from ..ablate.studies import study_dirs
+            from ..ablate.studies import load_all_studies, study_dirs
 
+            good, broken = load_all_studies()
+            if not good and not broken:
                 raise UserError(f"no studies found (looked in {', '.join(str(d) for d in study_dirs())})")
+            rows, errors = [s.row() for s in good], [str(e) for e in broken]
             if as_json:
-                print_json({"studies": rows})
+                print_json({"studies": rows, "errors": errors})
+                report_broken(errors)
                 return
             from rich.table import Table
 
@@ -140,6 +142,7 @@ def register(app: typer.Typer) -> None:
             for r in rows:
                 table.add_row(r["name"], r["kind"], r["description"], short_path(r["file"]))
             out.print(table)
+            report_broken(errors)
             return
         if not study:
             raise UserError("name a study (see `lowbit-video ablate --list`)")

@@ -43,6 +43,15 @@ def line_progress(what: str, quiet: bool, prefix: str = "") -> LineProgress | No
     return None if quiet or err.is_terminal else LineProgress(what, prefix=prefix)
 
 
+def report_broken(errors: list[str]) -> None:
+    """Files a listing could not load: one `error:` line each and exit 2, after the good ones were
+    listed (a broken file among good ones hides none of them)."""
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    if errors:
+        raise typer.Exit(2)
+
+
 def user_errors(fn: Callable) -> Callable:
     """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes)."""
 

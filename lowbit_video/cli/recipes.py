@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from .common import JsonOpt, out, print_json, short_path, user_errors
+from .common import JsonOpt, out, print_json, report_broken, short_path, user_errors
 
 recipes_app = typer.Typer(help="List attention recipes (recipes/*.toml), validate recipe files, or show the keys and their valid values.")
 
@@ -40,11 +40,7 @@ def recipes(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
         for r in rows:
             table.add_row(r["name"], r["description"], short_path(r["file"]))
         out.print(table)
-    # a broken file is reported on its own line and fails the command, without hiding the good ones
-    for e in errors:
-        print(f"error: {e}", file=sys.stderr)
-    if errors:
-        raise typer.Exit(2)
+    report_broken(errors)
 
 
 @recipes_app.command("validate")
