@@ -8,7 +8,7 @@ BIN     = $(VENV)/bin
 # torch 2.13 CPU build); a venv that already has both (e.g. a CUDA build) keeps them.
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo diagnose test smoke clean
+.PHONY: install demo diagnose test smoke wheel-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ smoke: install
 	$(BIN)/lowbit-video ablate table3 --prompts prompts/smoke.txt --seeds 0 --steps $(SMOKE_STEPS) --out $(SMOKE_OUT)
 	test -s $(SMOKE_OUT)/compare.md && test -s $(SMOKE_OUT)/table3.md && test -s $(SMOKE_OUT)/table3.json
 	@echo "smoke: ok ($(SMOKE_OUT)/compare.md, $(SMOKE_OUT)/plots, $(SMOKE_OUT)/table3.md)"
+
+# The installed wheel as a user gets it: build, install into a bare folder, run recipes, ablate --list,
+# generate (fp16, mxattention; 2 steps, one prompt), evaluate, compare and use_recipe from a temporary
+# directory with no source tree on sys.path, then resolve names from the wheel as a zip (tests/wheel_check.sh).
+wheel-check: install
+	bash tests/wheel_check.sh $(BIN)/python
 
 # Two workers, one test file each at a time (--dist loadfile: a file's fixtures and run folders stay in one
 # process): 10 min 50 s instead of 14 min on 2 cores. TEST_WORKERS=0 runs in one process.

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import importlib.resources
 import json
 import os
 import platform
@@ -51,14 +52,18 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from . import __version__
-from . import distributed, runstore, vbench_suite, video_io
+from . import data, distributed, runstore, vbench_suite, video_io
+from .devices import resolve_device
 from .errors import UserError
 from .recipes import Recipe, load_recipe
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "tiny-shapes"
@@ -90,7 +95,7 @@ class GenerateConfig:
     frames: int | None = None
     out: str | os.PathLike = DEFAULT_OUT
     model_path: str | None = None
-    device: str = "cpu"
+    device: str = "auto"                         # devices.resolve_device: CUDA when torch sees a GPU, else the CPU
     batch: int | None = None                     # seeds per model call (None: 1; see the module doc)
     capture_dir: str | None = None
     capture_blocks: Sequence[int] | None = None
@@ -162,15 +167,18 @@ def is_tiny_shapes(info: Any) -> bool:
     return getattr(info, "family", None) == "tiny-shapes" or getattr(info, "name", None) == "tiny-shapes"
 
 
-def resolve_prompts_file(path: str | os.PathLike | None) -> Path:
-    """The prompts file: as given (relative to the working directory), else relative to the project
-    root (so the default prompts/smoke.txt works from any directory)."""
+def resolve_prompts_file(path: str | os.PathLike | None) -> "Path | Traversable":
+    """The prompts file: as given (relative to the working directory), else a prompt set shipped with
+    the package, by name (`smoke`) or by its path in the repository (`prompts/smoke.txt`, so the
+    default works from any directory and from an installed package)."""
     p = Path(path if path is not None else DEFAULT_PROMPTS)
     if p.is_file():
         return p
-    if not p.is_absolute() and (PROJECT_ROOT / p).is_file():
-        return PROJECT_ROOT / p
-    raise UserError(f"prompts file {p}: no such file")
+    shipped = data.prompt_set(str(path if path is not None else DEFAULT_PROMPTS))
+    if shipped is not None:
+        return shipped
+    raise UserError(f"prompts file {p}: no such file (prompt sets shipped with the package: "
+                    f"{', '.join(sorted(data.prompt_sets()))})")
 
 
 def read_plain_prompts(path: Path) -> list[str]:
@@ -201,18 +209,19 @@ def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str 
             if any(not p for p in out):
                 raise UserError("--prompt: empty prompt")
     else:
-        path = resolve_prompts_file(prompts_file)
-        if tiny:
-            from .models.tiny_shapes.grammar import read_prompts
+        source = resolve_prompts_file(prompts_file)
+        with importlib.resources.as_file(source) as path:  # a real file also for a set inside a zip
+            if tiny:
+                from .models.tiny_shapes.grammar import read_prompts
 
-            try:
-                out = read_prompts(path)
-            except ValueError as e:
-                raise UserError(str(e)) from None
-        else:
-            out = read_plain_prompts(path)
+                try:
+                    out = read_prompts(path)
+                except ValueError as e:
+                    raise UserError(str(e)) from None
+            else:
+                out = read_plain_prompts(path)
         if not out:
-            raise UserError(f"prompts file {path}: no prompts (one per line; '#' starts a comment)")
+            raise UserError(f"prompts file {source}: no prompts (one per line; '#' starts a comment)")
     return list(OrderedDict.fromkeys(out))
 
 
@@ -264,8 +273,7 @@ def resolve(cfg: GenerateConfig) -> Resolved:
         _positive(name, getattr(cfg, name))
     if cfg.guidance is not None and not np.isfinite(cfg.guidance):
         raise UserError(f"--guidance must be finite, got {cfg.guidance}")
-    if cfg.device not in ("cpu", "cuda") and not str(cfg.device).startswith("cuda:"):
-        raise UserError(f"--device must be cpu or cuda, got {cfg.device!r}")
+    resolve_device(cfg.device)  # UserError unless auto, cpu, cuda or cuda:N
     if cfg.model_path is not None:
         if not Path(cfg.model_path).exists():
             raise UserError(f"--model-path {cfg.model_path}: no such directory "
@@ -474,6 +482,7 @@ def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: An
     this array job sees them at the end).
 
     `model`: an already loaded model (tests); default: `registry.load_model` when there is work."""
+    cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))  # meta.json records the device used
     spec = _shard_spec(cfg)
     cp_degree = _check_context_parallel(cfg, spec)
     with distributed.process_group(spec, device=cfg.device):

@@ -2,8 +2,10 @@
 
 A recipe says what attention does numerically (rotation, smoothing, a quantizer per operand, where
 the softmax tile is quantized) and which parts of a model keep 16-bit attention (its precision
-policy). Files may `include` a base file: a path relative to the including file, else relative to
-a recipe folder (`recipe_dirs`: so `include = "base/mxattention.toml"` works from any folder);
+policy). Recipe names are looked up in the folders of $LOWBIT_VIDEO_RECIPES, then in the recipes
+shipped inside the package (lowbit_video/data: the same from a checkout, a wheel or a zip). Files may
+`include` a base file: a path relative to the including file, else relative to a recipe folder
+(`recipe_dirs`: so `include = "base/mxattention.toml"` works from any folder);
 tables are merged key by key, the including file winning. Unknown keys and values out of range are
 one-line errors that name the file, the key and the valid range (`SCHEMA` lists every field's).
 The name "fp16" is kept for the unquantized baseline: runs land in a folder named after the recipe,
@@ -16,9 +18,12 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
-from .errors import RecipeError
+from .errors import RecipeError, UserError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 FORMATS = ("none", "mxfp4", "nvfp4", "int8", "int4", "fp8_e4m3")
 MX_RULES = ("ocp", "tfs", "uos")
@@ -42,6 +47,7 @@ QMAX_RANGE = (3.0, 12.0)
 STATIC_SCALE_RANGE = (2.0 ** -126, 2.0 ** 127)
 MAX_NESTING = 64  # tables nested deeper than this are no recipe or study (the parser would recurse away)
 BASELINE_NAME = "fp16"
+T = TypeVar("T")
 
 # Every field and its valid values: what `recipes validate` states on an error and `recipes schema`
 # lists. Keys are TOML key paths; <op> is one of q, k, v, p.
@@ -221,28 +227,66 @@ class Recipe:
 # ----------------------------------------------------------------------------------------- loading
 
 
-def recipe_dirs() -> list[Path]:
-    """Where recipe names are looked up: $LOWBIT_VIDEO_RECIPES (os.pathsep-separated), then the
-    project's recipes/ folder."""
-    dirs = [Path(p) for p in os.environ.get("LOWBIT_VIDEO_RECIPES", "").split(os.pathsep) if p]
-    dirs.append(Path(__file__).resolve().parent.parent / "recipes")
+def recipe_dirs() -> list["Traversable"]:
+    """Where recipe names are looked up: $LOWBIT_VIDEO_RECIPES (os.pathsep-separated folders), then
+    the recipes shipped with the package (`lowbit_video.data.recipes`: the repository's recipes/)."""
+    from . import data
+
+    dirs: list[Traversable] = [Path(p) for p in os.environ.get("LOWBIT_VIDEO_RECIPES", "").split(os.pathsep) if p]
+    dirs.append(data.recipe_folder())
     return dirs
 
 
-def available_recipes() -> dict[str, Path]:
-    """Recipe name -> file, for every top-level *.toml in the recipe folders (bases live in base/)."""
-    found: dict[str, Path] = {}
+def toml_files(folder: "Traversable") -> list["Traversable"]:
+    """The *.toml files at the top of `folder` (none when it is no folder), by name."""
+    if not folder.is_dir():
+        return []
+    return sorted((f for f in folder.iterdir() if f.name.endswith(".toml") and f.is_file()), key=lambda f: f.name)
+
+
+def file_stem(file: "Traversable") -> str:
+    return file.name.rsplit(".", 1)[0] if "." in file.name else file.name
+
+
+def available_recipes() -> dict[str, "Traversable"]:
+    """Recipe name -> file, for every top-level *.toml in the recipe folders (bases live in base/);
+    a name in an earlier folder hides the same name in later ones."""
+    found: dict[str, Traversable] = {}
     for d in recipe_dirs():
-        if d.is_dir():
-            for path in sorted(d.glob("*.toml")):
-                found.setdefault(path.stem, path)
+        for file in toml_files(d):
+            found.setdefault(file_stem(file), file)
     return found
 
 
-def load_recipe(name_or_path: str | os.PathLike | Recipe) -> Recipe:
-    """A recipe by name (e.g. "mxattention") or by path to a TOML file."""
+def load_each(files: Mapping[str, "Traversable"], load: Callable[[Any], T]) -> tuple[list[T], list[UserError]]:
+    """`load` of every file (in name order) that loads, and the one-line error of each one that does
+    not: a broken file among good ones hides none of them (the recipe and study listings)."""
+    good: list[T] = []
+    broken: list[UserError] = []
+    for _, file in sorted(files.items()):
+        try:
+            good.append(load(file))
+        except UserError as e:
+            broken.append(e)
+    return good, broken
+
+
+def load_all() -> tuple[list[Recipe], list[UserError]]:
+    """Every available recipe that loads, and the error of each one that does not."""
+    return load_each(available_recipes(), recipe_from_file)
+
+
+def is_traversable(value: Any) -> bool:
+    """A file handed over as an importlib.resources Traversable (e.g. inside a zip), not as a path."""
+    return not isinstance(value, (str, os.PathLike)) and hasattr(value, "read_bytes") and hasattr(value, "joinpath")
+
+
+def load_recipe(name_or_path: "str | os.PathLike | Recipe | Traversable") -> Recipe:
+    """A recipe by name (e.g. "mxattention"), by path to a TOML file, or a file `available_recipes` listed."""
     if isinstance(name_or_path, Recipe):
         return name_or_path
+    if is_traversable(name_or_path):
+        return recipe_from_file(name_or_path)
     text = str(name_or_path)
     path = Path(text)
     if text.endswith(".toml") or path.exists():
@@ -251,13 +295,14 @@ def load_recipe(name_or_path: str | os.PathLike | Recipe) -> Recipe:
         return recipe_from_file(path)
     known = available_recipes()
     if text not in known:
-        raise RecipeError(f"unknown recipe {text!r}; known recipes: {', '.join(sorted(known))}")
+        raise RecipeError(f"unknown recipe {text!r}; known recipes: {', '.join(sorted(known)) or 'none'}")
     return recipe_from_file(known[text])
 
 
-def recipe_from_file(path: Path) -> Recipe:
-    data = read_with_includes(Path(path), seen=())
-    return recipe_from_dict(data, source=str(path), default_name=Path(path).stem)
+def recipe_from_file(path: "Path | Traversable") -> Recipe:
+    file = path if is_traversable(path) else Path(path)
+    data = read_with_includes(file, seen=())
+    return recipe_from_dict(data, source=str(file), default_name=file_stem(file))
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -275,49 +320,75 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: "Traversable") -> dict[str, Any]:
     too_deep = RecipeError(f"{path}: tables or arrays nested more than {MAX_NESTING} deep; not a recipe or study file")
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise RecipeError(f"{path}: is a folder, not a TOML file") from None
+    except OSError as e:
+        raise RecipeError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # TOML is UTF-8 text; a binary or Latin-1 file is no recipe
+        line = raw[: e.start].count(b"\n") + 1
+        raise RecipeError(f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}, line {line}); "
+                          "a recipe or study is a TOML text file") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{path}: not valid TOML: {e}") from None
     except RecursionError:  # tomllib parses nested values recursively
         raise too_deep from None
-    except IsADirectoryError:
-        raise RecipeError(f"{path}: is a folder, not a TOML file") from None
-    except OSError as e:
-        raise RecipeError(f"{path}: cannot read: {e.strerror}") from None
     if _depth(data, MAX_NESTING) > MAX_NESTING:
         raise too_deep
     return data
 
 
-def _include_path(path: Path, include: str) -> Path:
+def _join(folder: "Traversable", relative: str) -> "Traversable":
+    """`folder` / `relative` ('/'-separated), one part at a time (all a Traversable promises)."""
+    if isinstance(folder, Path):
+        return folder / relative
+    out = folder
+    for part in (p for p in relative.split("/") if p and p != "."):
+        out = out.joinpath(part)
+    return out
+
+
+def file_key(file: "Path | Traversable") -> str:
+    """What identifies a file: its resolved path on disk, else (inside a zip) where it is in the archive."""
+    return str(file.resolve()) if isinstance(file, Path) else str(file)
+
+
+def _include_path(path: "Traversable", include: str) -> "Traversable":
     """The included file: relative to the including file, else to a recipe folder."""
-    candidates = [path.parent / include] + [d / include for d in recipe_dirs()]
+    beside = getattr(path, "parent", None)  # pathlib and zip paths have one; a bare Traversable may not
+    folders = ([beside] if beside is not None else []) + recipe_dirs()
+    candidates = [_join(f, include) for f in folders]
     for c in candidates:
         if c.is_file():
             return c
-    if candidates[0].is_dir():
+    if candidates and candidates[0].is_dir():
         raise RecipeError(f"{path}: include: {candidates[0]} is a folder, not a TOML file")
-    where = ", ".join(str(c.parent) for c in candidates)
+    where = ", ".join(str(f) for f in folders)
     raise RecipeError(f"{path}: include: no file {include!r} beside it or in a recipe folder (looked in {where})")
 
 
-def read_with_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_with_includes(path: "Path | Traversable", seen: tuple[str, ...] = ()) -> dict[str, Any]:
     """A TOML file with its `include` chain merged (the included file first, this one over it); shared
-    by recipe and study files. `seen` guards against include cycles."""
-    resolved = path.resolve()
-    if resolved in seen:
-        raise RecipeError(f"{path}: include cycle ({' -> '.join(str(p) for p in seen + (resolved,))})")
+    by recipe and study files. `seen` (file_key of each file on the way) guards against include cycles."""
+    if not is_traversable(path):
+        path = Path(path)
+    key = file_key(path)
+    if key in seen:
+        raise RecipeError(f"{path}: include cycle ({' -> '.join(seen + (key,))})")
     data = _read_toml(path)
     include = data.pop("include", None)
     if include is None:
         return data
     if not isinstance(include, str) or not include:
         raise RecipeError(f"{path}: include: expected a file path string")
-    base = read_with_includes(_include_path(path, include), seen + (resolved,))
+    base = read_with_includes(_include_path(path, include), seen + (key,))
     return _deep_merge(base, data)
 
 

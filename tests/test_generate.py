@@ -63,6 +63,7 @@ class FakeRegistry:
         self.infos = {"tiny-shapes": Info("tiny-shapes", "tiny-shapes"),
                       "wan-fake": Info("wan-fake", "wan", needs_path=True)}
         self.loads = 0
+        self.devices = []
         self.model = FakeModel()
 
     def list_models(self):
@@ -75,6 +76,7 @@ class FakeRegistry:
 
     def load_model(self, name, path=None, device="cpu", dtype=None):
         self.loads += 1
+        self.devices.append(device)
         return self.model
 
 
@@ -345,3 +347,60 @@ def test_without_a_terminal_progress_is_a_line_per_run_and_steps(fake, tmp_path)
     assert all(l.startswith("[") and " s] " in l for l in lines if "generate:" in l)
     quiet = invoke("generate", "--recipe", "fp16", "--prompt", PROMPTS[1], "--out", str(tmp_path), "--json")
     assert "generate:" not in quiet.stderr
+
+
+# ----------------------------------------------------------------------------------------- --device
+
+
+@pytest.mark.parametrize("cuda,asked,used", [(False, "auto", "cpu"), (True, "auto", "cuda"), (True, "cpu", "cpu")])
+def test_meta_records_the_resolved_device(fake, tmp_path, monkeypatch, cuda, asked, used):
+    # the fake model runs nowhere, so the CUDA branch is checked without a GPU
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    res = gen.generate(cfg(tmp_path, recipes=["fp16"], seeds=[0], prompts=PROMPTS[:1], device=asked))
+    assert fake.devices == [used] and runstore.read_meta(res["runs"][0]["dir"])["device"] == used
+
+
+def test_the_default_device_is_auto(fake, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = invoke("generate", "--prompt", PROMPTS[0], "--out", str(tmp_path))
+    assert res.exit_code == 0 and fake.devices == ["cpu"]
+    assert "loaded tiny-shapes on cpu" in res.stderr  # the run header names the device
+    assert gen.GenerateConfig().device == "auto"
+
+
+def test_an_unknown_device_is_one_line(fake, tmp_path):
+    res = invoke("generate", "--prompt", PROMPTS[0], "--device", "gpu", "--out", str(tmp_path))
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "--device must be auto, cpu, cuda or cuda:N" in lines[0]
+    assert fake.loads == 0
+
+
+# ------------------------------------------------------------------------------ shipped prompt sets
+
+
+@pytest.mark.parametrize("name", ["smoke", "prompts/smoke.txt", None])
+def test_a_shipped_prompt_set_by_name_from_any_directory(fake, tmp_path, monkeypatch, repo, name):
+    monkeypatch.chdir(tmp_path)  # no prompts/ folder here
+    res = gen.generate(cfg(tmp_path / "o", recipes=["fp16"], seeds=[0], prompts=None, prompts_file=name))
+    lines = [l.strip() for l in (repo / "prompts" / "smoke.txt").read_text().splitlines()]
+    assert [r["prompt"] for r in res["runs"]] == [l for l in lines if l and not l.startswith("#")]
+
+
+def test_a_file_in_the_working_directory_wins_over_a_shipped_set(fake, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "smoke.txt").write_text(PROMPTS[1] + "\n")
+    res = gen.generate(cfg(tmp_path / "o", recipes=["fp16"], seeds=[0], prompts=None, prompts_file="prompts/smoke.txt"))
+    assert [r["prompt"] for r in res["runs"]] == [PROMPTS[1]]
+
+
+def test_an_unknown_prompt_set_names_the_shipped_ones(fake, tmp_path, monkeypatch, repo):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as e:
+        gen.generate(cfg(tmp_path / "o", prompts=None, prompts_file="nope"))
+    assert str(e.value).startswith("prompts file nope: no such file")
+    assert all(p.stem in str(e.value) for p in (repo / "prompts").glob("*.txt"))

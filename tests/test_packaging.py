@@ -1,24 +1,64 @@
+import ast
 import importlib.metadata
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 
 
-def test_every_subpackage_is_listed_in_pyproject(repo):
-    listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {"lowbit_video." + ".".join(p.parent.relative_to(repo / "lowbit_video").parts)
-               for p in (repo / "lowbit_video").rglob("__init__.py")}
-    on_disk = {n.rstrip(".") for n in on_disk} | {"lowbit_video.kernels"}
-    assert on_disk == listed
+def _setuptools(repo: Path) -> dict:
+    return tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
-def test_kernels_ships_under_lowbit_video_only(tmp_path):
-    # From a neutral directory (as a user's script would run), `kernels` is not importable but
-    # `lowbit_video.kernels` is.
-    code = "import importlib.util as u; print(u.find_spec('kernels') is None, u.find_spec('lowbit_video.kernels') is not None)"
+def test_every_subpackage_and_data_folder_is_listed_in_pyproject(repo):
+    # Every folder under a package-dir root that holds code or data must be a listed package: setuptools
+    # leaves out (and warns about) a data folder that is not listed, so a shipped file would go missing.
+    cfg = _setuptools(repo)
+    on_disk = set()
+    for name, folder in cfg["package-dir"].items():
+        root = repo / folder
+        for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+            if "__pycache__" not in d.parts and any(f.is_file() for f in d.iterdir()):
+                on_disk.add(".".join([name, *d.relative_to(root).parts]))
+    assert on_disk == set(cfg["packages"])
+
+
+def test_shipped_data_folders_map_to_the_top_level_folders(repo):
+    # recipes/ and prompts/ stay at the top of the repository and ship inside lowbit_video
+    dirs = _setuptools(repo)["package-dir"]
+    assert dirs["lowbit_video.data.recipes"] == "recipes" and dirs["lowbit_video.data.prompts"] == "prompts"
+
+
+def _folder(repo: Path, cfg: dict, package: str) -> Path:
+    """Where setuptools reads `package` from: the longest package-dir entry above it, plus the rest."""
+    parts = package.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in cfg["package-dir"]:
+            return repo / cfg["package-dir"][".".join(parts[:i])] / "/".join(parts[i:])
+    return repo / "/".join(parts)
+
+
+def test_every_shipped_data_file_is_matched_by_package_data(repo):
+    cfg = _setuptools(repo)
+    for name, patterns in cfg["package-data"].items():
+        assert all(list(_folder(repo, cfg, name).glob(p)) for p in patterns), f"{name}: {patterns} match no file"
+    for name, folder in cfg["package-dir"].items():
+        if name.startswith("lowbit_video.data."):
+            for f in (repo / folder).rglob("*"):
+                if f.is_file() and f.suffix != ".py" and not f.name.startswith(".") and "__pycache__" not in f.parts:
+                    package = ".".join([name, *f.parent.relative_to(repo / folder).parts])
+                    assert any(f.match(p) for p in cfg["package-data"].get(package, [])), f
+
+
+@pytest.mark.parametrize("top", ["kernels", "recipes", "prompts"])
+def test_top_level_folders_ship_under_lowbit_video_only(tmp_path, top):
+    # From a neutral directory (as a user's script would run), `kernels`, `recipes` and `prompts` are not
+    # importable; `lowbit_video.kernels` / `lowbit_video.data.<folder>` are.
+    inside = "lowbit_video.kernels" if top == "kernels" else f"lowbit_video.data.{top}"
+    code = f"import importlib.util as u; print(u.find_spec({top!r}) is None, u.find_spec({inside!r}) is not None)"
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert res.stdout.split() == ["True", "True"]
 
@@ -33,8 +73,11 @@ def test_no_distribution_named_kernels_so_diffusers_probe_fails():
     assert not installed
 
 
-def test_recipes_folder_is_data_not_a_module(repo):
-    assert not (repo / "recipes" / "__init__.py").exists()
+@pytest.mark.parametrize("top", ["recipes", "prompts"])
+def test_data_folders_hold_no_code(repo, top):
+    # their __init__.py only makes the folder a package importlib.resources can read (also from a zip)
+    body = ast.parse((repo / top / "__init__.py").read_text()).body
+    assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
 
 
 # Checks of the repository as a whole, named after what they check rather than after one module.

@@ -23,9 +23,11 @@ def run_study(name_or_path: str, opts: AblateOptions | None = None, reporter: Re
     every `--shard i/n` job) return {"study", "model", "shard", ..., "files": []} without writing them."""
     import dataclasses
 
+    from ..devices import resolve_device
     from ..distributed import ShardSpec, process_group
 
     opts = opts or AblateOptions()
+    opts = dataclasses.replace(opts, device=resolve_device(opts.device))
     study = load_study(name_or_path)
     if study.kind == "table3":
         from .table3 import run

@@ -26,7 +26,7 @@ class AblateOptions:
     seeds: Sequence[int] | None = None
     steps: int | None = None
     out: str = DEFAULT_OUT
-    device: str = "cpu"
+    device: str = "auto"           # devices.resolve_device: CUDA when torch sees a GPU, else the CPU
     weights_dir: str | None = None
     height: int | None = None
     width: int | None = None
@@ -85,11 +85,12 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     from ..distributed import ShardSpec
 
     shard = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)
+    from ..devices import resolve_device
     from ..runstore import check_output
 
     check_output(opts.out, "--out")  # before any model is loaded
     return Resolved(model=opts.model or study.run.model, prompts=opts.prompts or study.run.prompts,
-                    seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=opts.device,
+                    seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=resolve_device(opts.device),
                     weights_dir=opts.weights_dir, size=size, shard=shard, model_path=opts.model_path,
                     prompt_limit=opts.prompt_limit)
 
@@ -110,10 +111,12 @@ def share_result(study: Study, r: Resolved, **extra: Any) -> dict:
 
 def command(study: Study, r: Resolved) -> str:
     """The command line that reproduces this output."""
+    from ..recipes import file_key
     from .studies import available_studies
 
     known = available_studies().get(study.name)
-    name = study.name if known is not None and known.resolve() == Path(study.file).resolve() else study.file
+    # a shipped study may sit in a zip: compare where the files are, not as paths on disk
+    name = study.name if known is not None and file_key(known) in (study.file, file_key(Path(study.file))) else study.file
     args = ["lowbit-video", "ablate", name, "--model", r.model]
     if r.model_path:
         args += ["--model-path", r.model_path]

@@ -14,10 +14,14 @@ import os
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import UserError
-from ..recipes import Where, check_qmax, read_with_includes  # shared include/merge and key-path errors
+from ..recipes import (Where, check_qmax, file_stem, is_traversable, load_each, read_with_includes,  # shared include/merge and key-path errors
+                       toml_files)
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 KINDS = ("table3", "qmax-sweep", "rowsum", "rotate-table", "draft-pooling")
 TENSORS = ("q", "k", "v")
@@ -200,19 +204,18 @@ class Study:
 # ----------------------------------------------------------------------------------------- finding
 
 
-def study_dirs() -> list[Path]:
-    """ablations/ under each recipe folder: $LOWBIT_VIDEO_RECIPES entries first, then recipes/."""
+def study_dirs() -> list["Traversable"]:
+    """ablations/ under each recipe folder: $LOWBIT_VIDEO_RECIPES entries first, then the shipped recipes."""
     from ..recipes import recipe_dirs
 
-    return [d / "ablations" for d in recipe_dirs()]
+    return [d.joinpath("ablations") for d in recipe_dirs()]
 
 
-def available_studies() -> dict[str, Path]:
-    found: dict[str, Path] = {}
+def available_studies() -> dict[str, "Traversable"]:
+    found: dict[str, Traversable] = {}
     for d in study_dirs():
-        if d.is_dir():
-            for path in sorted(d.glob("*.toml")):
-                found.setdefault(path.stem, path)
+        for file in toml_files(d):
+            found.setdefault(file_stem(file), file)
     return found
 
 
@@ -220,7 +223,14 @@ def list_studies() -> list[Study]:
     return [load_study(p) for p in available_studies().values()]
 
 
-def load_study(name_or_path: str | os.PathLike) -> Study:
+def load_all_studies() -> tuple[list[Study], list[UserError]]:
+    """Every available study that loads, and the error of each one that does not."""
+    return load_each(available_studies(), study_from_file)
+
+
+def load_study(name_or_path: "str | os.PathLike | Traversable") -> Study:
+    if is_traversable(name_or_path):
+        return study_from_file(name_or_path)
     text = str(name_or_path)
     path = Path(text)
     if text.endswith(".toml"):
@@ -233,9 +243,10 @@ def load_study(name_or_path: str | os.PathLike) -> Study:
     return study_from_file(known[text])
 
 
-def study_from_file(path: Path) -> Study:
-    data = read_with_includes(Path(path), seen=())
-    return study_from_dict(data, source=str(path), default_name=Path(path).stem)
+def study_from_file(path: "Path | Traversable") -> Study:
+    file = path if is_traversable(path) else Path(path)
+    data = read_with_includes(file, seen=())
+    return study_from_dict(data, source=str(file), default_name=file_stem(file))
 
 
 # --------------------------------------------------------------------------------------- validation

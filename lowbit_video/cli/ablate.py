@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from .common import (GreedyCommand, JsonOpt, RichReporter, err, line_progress, out, print_json, progress_bar,
-                     short_path, user_errors)
+from .common import (DEVICE_HELP, GreedyCommand, JsonOpt, RichReporter, err, line_progress, out, print_json, progress_bar,
+                     report_broken, short_path, user_errors)
 
 
 def _seeds(values: list[str] | None) -> list[int] | None:
@@ -32,8 +32,9 @@ def _seeds(values: list[str] | None) -> list[int] | None:
 class _CliReporter:
     """Stages as rich progress bars on stderr; generate's own bars for the runs."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, device: str = "") -> None:
         self.quiet = quiet
+        self.device = device  # the resolved --device, named when a model is loaded
         self.progress = progress_bar(disable=quiet or not err.is_terminal)
         self.task = None
         self.started = False
@@ -44,7 +45,7 @@ class _CliReporter:
     def generate_reporter(self) -> Any:
         if self.quiet:
             return _Silent()
-        rep = RichReporter(quiet=self.quiet)
+        rep = RichReporter(quiet=self.quiet, device=self.device)
         self._generate_reporters.append(rep)  # closed with this one: no stale bars below the results
         return rep
 
@@ -99,7 +100,7 @@ def register(app: typer.Typer) -> None:
         seeds: Optional[list[str]] = typer.Option(None, "--seeds", metavar="<list[int]>", help="Seeds, e.g. --seeds 0 1 2 or 0,1,2 (default: the study's)."),
         steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the study's, else the model's)."),
         out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: runs as `generate --out`, captures under captures/, the study's .md/.json/.png at the top."),
-        device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+        device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
         weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help="Metric weights folder (table3; see `lowbit-video weights check`)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or notes."),
         shard: Optional[str] = typer.Option(None, "--shard", help="Make and score only shard i of n of the study's runs or captures (i counts from 0; cluster array jobs) and write no study outputs; a final run without --shard reuses everything and writes them. Under torchrun the rank picks the shard and rank 0 writes the outputs."),
@@ -119,13 +120,19 @@ def register(app: typer.Typer) -> None:
         import sys
 
         from ..distributed import ShardSpec
-        from ..ablate import AblateOptions, list_studies, run_study
+        from ..ablate import AblateOptions, run_study
         from ..errors import UserError
 
         if list_:
-            rows = [s.row() for s in list_studies()]
+            from ..ablate.studies import load_all_studies, study_dirs
+
+            good, broken = load_all_studies()
+            if not good and not broken:
+                raise UserError(f"no studies found (looked in {', '.join(str(d) for d in study_dirs())})")
+            rows, errors = [s.row() for s in good], [str(e) for e in broken]
             if as_json:
-                print_json({"studies": rows})
+                print_json({"studies": rows, "errors": errors})
+                report_broken(errors)
                 return
             from rich.table import Table
 
@@ -135,18 +142,22 @@ def register(app: typer.Typer) -> None:
             for r in rows:
                 table.add_row(r["name"], r["kind"], r["description"], short_path(r["file"]))
             out.print(table)
+            report_broken(errors)
             return
         if not study:
             raise UserError("name a study (see `lowbit-video ablate --list`)")
         if steps is not None and steps <= 0:
             raise UserError(f"--steps must be positive, got {steps}")
+        from ..devices import resolve_device
+
+        device = resolve_device(device)
         spec = ShardSpec.from_cli_or_env(shard)
         opts = AblateOptions(model=model, model_path=model_path, prompts=prompts, prompt_limit=prompt_limit,
                              seeds=_seeds(seeds), steps=steps, out=str(out_dir),
                              device=device, weights_dir=weights_dir, shard=spec)
         # under torchrun only rank 0 draws progress and prints the result; the others print one line
         talk = spec.is_main or not spec.launched
-        reporter = _CliReporter(quiet or not talk)
+        reporter = _CliReporter(quiet or not talk, device=device)
         try:
             result = run_study(study, opts, reporter)
         finally:

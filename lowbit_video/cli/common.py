@@ -27,6 +27,7 @@ out = Console(soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 
 JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON object on stdout instead of a table.")
+DEVICE_HELP = "auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N; runs record the device they ran on."
 
 # typer's rich help prints a value type after every option, "<bool>" after flags too (--json, --overwrite,
 # --help), which take no value; the help shows none for them. Older typer releases have no such hook
@@ -40,6 +41,15 @@ def line_progress(what: str, quiet: bool, prefix: str = "") -> LineProgress | No
     """Timestamped progress lines on stderr where it is not a terminal (CI and cluster logs draw no
     progress bars), unless quiet."""
     return None if quiet or err.is_terminal else LineProgress(what, prefix=prefix)
+
+
+def report_broken(errors: list[str]) -> None:
+    """Files a listing could not load: one `error:` line each and exit 2, after the good ones were
+    listed (a broken file among good ones hides none of them)."""
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    if errors:
+        raise typer.Exit(2)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -113,9 +123,10 @@ class GreedyCommand(TyperCommand):
 class RichReporter:
     """generate's progress on stderr: one bar over runs, one over the denoising steps of a batch."""
 
-    def __init__(self, quiet: bool, prefix: str = "") -> None:
+    def __init__(self, quiet: bool, prefix: str = "", device: str = "") -> None:
         self.quiet = quiet
         self.prefix = prefix  # "[rank 0/2] " under torchrun
+        self.device = device  # the resolved --device, named when the model is loaded
         self.progress = progress_bar(disable=not err.is_terminal)
         self.lines = line_progress("generate", quiet, prefix)
         self.runs_task = self.steps_task = None
@@ -139,7 +150,8 @@ class RichReporter:
 
     def loaded(self, model: str, seconds: float) -> None:
         self.progress.update(self.runs_task, description="runs")
-        self.progress.console.print(f"{self.prefix}loaded {model} in {seconds:.1f} s", highlight=False, markup=False)
+        where = f" on {self.device}" if self.device else ""
+        self.progress.console.print(f"{self.prefix}loaded {model}{where} in {seconds:.1f} s", highlight=False, markup=False)
 
     def batch_started(self, recipe: str, prompt: str, seeds: list, steps: int) -> None:
         short = prompt if len(prompt) <= 32 else prompt[:31] + "…"

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ..errors import UserError
-from .common import GreedyCommand, JsonOpt, RichReporter, out, print_json, relative, short_path, user_errors
+from .common import DEVICE_HELP, GreedyCommand, JsonOpt, RichReporter, out, print_json, relative, short_path, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 def generate(
     model: str = typer.Option("tiny-shapes", "--model", "-m", help="Model name (see `lowbit-video models`)."),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", "-r", help="Recipe name or TOML path; several: --recipe fp16 mxattention (default: fp16)."),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file, one per line, '#' comments (default: prompts/smoke.txt); or VBench's standard prompt suite: `vbench` (all dimensions) or `vbench:<dimension>`, e.g. vbench:color (needs the vbench package; each run records its prompt's VBench dimensions, so `evaluate` can score object_class, color, scene, ... in VBench's standard mode)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file, one per line, '#' comments (default: prompts/smoke.txt); a shipped prompt set by name: smoke, shapes; or VBench's standard prompt suite: `vbench` (all dimensions) or `vbench:<dimension>`, e.g. vbench:color (needs the vbench package; each run records its prompt's VBench dimensions, so `evaluate` can score object_class, color, scene, ... in VBench's standard mode)."),
     prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
     prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts: the first N (with --prompts vbench, dimensions take turns, so a small N reaches every dimension)."),
     seeds: Optional[list[int]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: 0). A seed gives the same initial noise under every recipe."),
@@ -31,7 +31,7 @@ def generate(
     height: Optional[int] = typer.Option(None, "--height", help="Frame height in pixels (default: the model's)."),
     width: Optional[int] = typer.Option(None, "--width", help="Frame width in pixels (default: the model's)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip (default: the model's)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     guidance: Optional[float] = typer.Option(None, "--guidance", help="Classifier-free guidance scale (default: the model's)."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Seeds of a prompt per model call (default 1: a run's frames then never depend on what else is in the grid; larger batches are faster on a GPU, not on a CPU)."),
     capture_qkv: Optional[str] = typer.Option(None, "--capture-qkv", help="Save post-RoPE Q, K, V (safetensors + index) under this folder."),
@@ -54,6 +54,9 @@ def generate(
 
     if prompts is not None and prompt:
         raise UserError("pass --prompts FILE or --prompt TEXT, not both")
+    from ..devices import resolve_device
+
+    device = resolve_device(device)
     cfg = GenerateConfig(
         model=model, recipes=recipe or ["fp16"], prompts=prompt or None,
         prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit, seeds=seeds or [0],
@@ -66,7 +69,7 @@ def generate(
     cfg.shard = spec
     prefix = f"[rank {spec}] " if spec.launched else (f"[shard {spec}] " if not spec.single else "")
     # Under torchrun only rank 0 draws progress and prints the result; the others print one line.
-    reporter = RichReporter(quiet=as_json, prefix=prefix) if spec.is_main or not spec.launched else None
+    reporter = RichReporter(quiet=as_json, prefix=prefix, device=device) if spec.is_main or not spec.launched else None
     try:
         result = run_grid(cfg, reporter or Reporter())
     finally:

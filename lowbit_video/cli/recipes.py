@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from .common import JsonOpt, out, print_json, short_path, user_errors
+from .common import JsonOpt, out, print_json, report_broken, short_path, user_errors
 
 recipes_app = typer.Typer(help="List attention recipes (recipes/*.toml), validate recipe files, or show the keys and their valid values.")
 
@@ -23,21 +23,24 @@ def recipes(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     """List the recipes: name, one-line description, source file."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..recipes import available_recipes, load_recipe
+    from ..errors import UserError
+    from ..recipes import load_all, recipe_dirs
 
-    rows = []
-    for name, path in sorted(available_recipes().items()):
-        recipe = load_recipe(path)
-        rows.append({"name": recipe.name, "description": recipe.description, "file": str(path)})
+    good, broken = load_all()
+    if not good and not broken:
+        raise UserError(f"no recipes found (looked in {', '.join(str(d) for d in recipe_dirs())})")
+    rows = [{"name": r.name, "description": r.description, "file": r.source} for r in good]
+    errors = [str(e) for e in broken]
     if as_json:
-        print_json({"recipes": rows})
-        return
-    table = Table(title="recipes")
-    for col in ("name", "description", "file"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["name"], r["description"], short_path(r["file"]))
-    out.print(table)
+        print_json({"recipes": rows, "errors": errors})
+    else:
+        table = Table(title="recipes")
+        for col in ("name", "description", "file"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["name"], r["description"], short_path(r["file"]))
+        out.print(table)
+    report_broken(errors)
 
 
 @recipes_app.command("validate")

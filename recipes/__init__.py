@@ -1,0 +1,2 @@
+"""Recipe and study TOMLs, not code: this file makes the folder the package lowbit_video.data.recipes
+(pyproject.toml's package-dir), which importlib.resources reads from a checkout, a wheel or a zip."""
