@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
-from lowbit_video.models.processors import WanRecipeProcessor  # noqa: E402
+from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import save_tiny_wan  # noqa: E402
 
@@ -52,15 +52,15 @@ def test_loads_from_folder_and_describes(wan21):
     assert d["model"] == "wan2.1-t2v-1.3b" and d["pipeline"] == "WanPipeline"
     assert d["num_blocks"] == 2 and d["transformers"]["transformer"]["rope_segments"] == [12, 10, 10]
     assert d["components"]["transformer"] == "WanTransformer3DModel" and d["dtype"] == "float32"
-    # a freshly loaded model has diffusers' own processors (they are never saved)
-    assert not any(isinstance(p, WanRecipeProcessor) for p in wan21.pipe.transformer.attn_processors.values())
+    # a freshly loaded model has diffusers' own processors and no hooks (they are never saved)
+    assert not recipe_hooks(wan21.pipe.transformer)
 
 
 def test_generate_shape_range_and_processors_removed_after(wan21):
     v = wan21.generate(["a red circle", "a blue square"], [0, 1], recipe="fp16", **SMALL)
     assert v.shape == (2, 9, 32, 32, 3) and v.dtype == np.float32
     assert 0.0 <= v.min() and v.max() <= 1.0
-    assert not any(isinstance(p, WanRecipeProcessor) for p in wan21.pipe.transformer.attn_processors.values())
+    assert not recipe_hooks(wan21.pipe.transformer)
 
 
 def test_fp16_recipe_is_bit_identical_to_the_plain_pipeline_with_the_same_noise(wan21):
@@ -119,7 +119,7 @@ def test_two_experts_both_get_processors_and_one_step_numbering(wan22):
     assert s["by_expert"]["transformer"]["quantized"] == 4 * high
     assert s["by_expert"]["transformer_2"]["quantized"] == 4 * (4 - high)
     for t in (wan22.pipe.transformer, wan22.pipe.transformer_2):
-        assert not any(isinstance(p, WanRecipeProcessor) for p in t.attn_processors.values())
+        assert not recipe_hooks(t)
 
 
 def test_capture_writes_post_rope_qkv_and_index(wan21, tmp_path):

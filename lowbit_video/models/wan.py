@@ -2,7 +2,7 @@
 
 * wan2.1-t2v-1.3b, wan2.1-t2v-14b: one transformer.
 * wan2.2-t2v-a14b: two experts (`transformer` for high noise, `transformer_2` below the boundary
-  timestep); recipe processors go into both, and the step tracker (on the one scheduler) gives both
+  timestep); the recipe's hooks go into both, and the step tracker (on the one scheduler) gives both
   the same step numbering.
 * wan2.2-ti2v-5b: one transformer, `expand_timesteps`, VAE 4x16x16; text-to-video mode.
 
