@@ -10,10 +10,11 @@ see from a call is read here:
 * `patch`: the (t, h, w) patch sizes as config paths (`patch_size[1]`) or numbers, so the video token grid
   follows from the latent's (F, H, W).
 * `rope`: the t/h/w channel split of the 3D RoPE per head, as config or attribute paths (a single path names a
-  sequence of three).
+  sequence of three), or `WAN_SPLIT`: Wan's rule from the head size D (h = w = 2·(D // 6), t = D − 2h).
 * `text`: where text tokens sit in joint (video + text) attention: "before", "after" or "none" (no joint
   attention: text comes in as cross-attention keys).
 * `masks`: which masks the family passes to attention (documentation and the coverage table).
+* `latent`: the axis order of the transformer's latent input ("BCFHW", CogVideoX and ConsisID "BFCHW").
 
 A class without a row still gets every recipe that needs no video geometry on the attention of its block lists
 (found as the ModuleList children holding attention modules); what is unknown is said once in `describe`.
@@ -31,6 +32,7 @@ import torch
 from ..errors import UserError
 
 TEXT_POSITIONS = ("before", "after", "none")
+WAN_SPLIT = ("wan-split",)
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,11 @@ class FamilyFacts:
     rope: tuple[str, ...] | None
     text: str | None
     masks: str = "none"
+    latent: str = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
 
 
 _WAN = FamilyFacts("Wan", ("blocks",), ("config.patch_size[0]", "config.patch_size[1]", "config.patch_size[2]"),
-                   ("rope.t_dim", "rope.h_dim", "rope.w_dim"), "none")
+                   WAN_SPLIT, "none")
 _HUNYUAN = FamilyFacts("HunyuanVideo", ("transformer_blocks", "single_transformer_blocks"),
                        ("config.patch_size_t", "config.patch_size", "config.patch_size"), ("config.rope_axes_dim",),
                        "after", "key padding of the prompt's padded text tokens")
@@ -58,7 +61,8 @@ FACTS: dict[str, FamilyFacts] = {
     "WanAnimateTransformer3DModel": dataclasses.replace(_WAN, name="Wan-Animate"),
     "SkyReelsV2Transformer3DModel": dataclasses.replace(_WAN, name="SkyReels-V2"),
     "ChronoEditTransformer3DModel": dataclasses.replace(_WAN, name="ChronoEdit"),
-    "AnyFlowTransformer3DModel": FamilyFacts("AnyFlow", ("blocks",), _WAN.patch, None, "none"),
+    "AnyFlowTransformer3DModel": FamilyFacts("AnyFlow", ("blocks",), _WAN.patch, WAN_SPLIT, "none", latent="BFCHW"),
+    "HeliosTransformer3DModel": FamilyFacts("Helios", ("blocks",), _WAN.patch, ("config.rope_dim",), "none"),
     "HunyuanVideoTransformer3DModel": _HUNYUAN,
     "HunyuanVideoFramepackTransformer3DModel": FamilyFacts("HunyuanVideo-Framepack", _HUNYUAN.blocks, _HUNYUAN.patch, _HUNYUAN.rope, None,
                                                            _HUNYUAN.masks),
@@ -69,10 +73,12 @@ FACTS: dict[str, FamilyFacts] = {
     "LTXVideoTransformer3DModel": _LTX,
     "LTX2VideoTransformer3DModel": FamilyFacts("LTX-2", ("transformer_blocks",), _LTX.patch, None, "none",
                                                "key padding of the prompt (cross-attention)"),
-    "CogVideoXTransformer3DModel": FamilyFacts("CogVideoX", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size",
-                                                                         "config.patch_size"), None, "before"),
-    "ConsisIDTransformer3DModel": FamilyFacts("ConsisID", ("transformer_blocks",), (1, "config.patch_size", "config.patch_size"),
-                                              None, "before"),
+    "CogVideoXTransformer3DModel": FamilyFacts("CogVideoX", ("transformer_blocks",),
+                                               ("config.patch_size_t", "config.patch_size", "config.patch_size"),
+                                               None, "before", latent="BFCHW"),
+    "ConsisIDTransformer3DModel": FamilyFacts("ConsisID", ("transformer_blocks",),
+                                              (1, "config.patch_size", "config.patch_size"), None, "before",
+                                              latent="BFCHW"),
     "MochiTransformer3DModel": FamilyFacts("Mochi", ("transformer_blocks",), (1, "config.patch_size", "config.patch_size"),
                                            None, "after", "per-sample valid prompt length (each sample its own call)"),
     "AllegroTransformer3DModel": FamilyFacts("Allegro", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size",
@@ -163,6 +169,9 @@ def rope_segments(transformer: torch.nn.Module) -> tuple[int, ...] | None:
     facts = facts_for(transformer)
     if facts is None or facts.rope is None:
         return None
+    if facts.rope == WAN_SPLIT:
+        d = int(transformer.config.attention_head_dim)
+        return (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6))
     if len(facts.rope) == 1:
         return tuple(int(d) for d in _resolve(transformer, facts.rope[0]))
     return tuple(int(_resolve(transformer, p)) for p in facts.rope)
@@ -173,7 +182,9 @@ def token_grid(transformer: torch.nn.Module, latent_shape: Sequence[int]) -> tup
     patch = patch_sizes(transformer)
     if patch is None or len(latent_shape) != 5:
         return None
-    _, _, f, h, w = latent_shape
+    facts = facts_for(transformer)
+    axes = dict(zip(facts.latent, latent_shape))
+    f, h, w = axes["F"], axes["H"], axes["W"]
     return (f // patch[0], h // patch[1], w // patch[2])
 
 
