@@ -116,8 +116,9 @@ def _resolve(transformer: torch.nn.Module, path: str | int) -> Any:
 
 
 def _is_attention(module: torch.nn.Module) -> bool:
-    """diffusers attention modules: both kinds (AttentionModuleMixin, legacy Attention) hold a processor."""
-    return hasattr(module, "processor") and hasattr(module, "set_processor")
+    """diffusers attention modules: every kind (AttentionModuleMixin, legacy Attention, Mochi's own) holds the
+    processor it calls."""
+    return callable(getattr(module, "processor", None))
 
 
 def block_lists(transformer: torch.nn.Module) -> tuple[str, ...]:
