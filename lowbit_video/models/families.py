@@ -14,6 +14,8 @@ see from a call is read here:
 * `text`: where text tokens sit in joint (video + text) attention: "before", "after" or "none" (no joint
   attention: text comes in as cross-attention keys).
 * `masks`: which masks the family passes to attention (documentation and the coverage table).
+* `attention_classes`: module classes that compute softmax attention themselves, without a processor (SANA-WM's
+  softmax blocks): their SDPA calls are taken over as the processors' are.
 * `latent`: the axis order of the transformer's latent input ("BCFHW", CogVideoX and ConsisID "BFCHW").
 
 A class without a row still gets every recipe that needs no video geometry on the attention of its block lists
@@ -44,6 +46,7 @@ class FamilyFacts:
     text: str | None
     masks: str = "none"
     latent: str = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
+    attention_classes: tuple[str, ...] = ()  # attention modules without a diffusers processor (calling SDPA)
 
 
 _WAN = FamilyFacts("Wan", ("blocks",), ("config.patch_size[0]", "config.patch_size[1]", "config.patch_size[2]"),
@@ -87,6 +90,9 @@ FACTS: dict[str, FamilyFacts] = {
     "LatteTransformer3DModel": FamilyFacts("Latte", ("transformer_blocks", "temporal_transformer_blocks"), None, None, "none"),
     "EasyAnimateTransformer3DModel": FamilyFacts("EasyAnimate", ("transformer_blocks",), (1, "config.patch_size",
                                                                            "config.patch_size"), None, "before"),
+    "SanaWMTransformer3DModel": FamilyFacts("SANA-WM", ("blocks",), _WAN.patch, None, "none",
+                                            "additive bias over padded frames' keys",
+                                            attention_classes=("SanaWMSoftmaxAttention", "SanaWMSoftmaxCamAttention")),
     "CosmosTransformer3DModel": FamilyFacts("Cosmos", ("transformer_blocks",), ("config.patch_size[0]", "config.patch_size[1]",
                                                                       "config.patch_size[2]"), None, "none"),
 }
@@ -143,11 +149,13 @@ class Site:
 def attention_sites(transformer: torch.nn.Module) -> list[Site]:
     """Every attention module inside the block lists, in block order; the block index counts across lists."""
     out, offset = [], 0
+    facts = facts_for(transformer)
+    extra = facts.attention_classes if facts is not None else ()
     for list_name in block_lists(transformer):
         blocks = getattr(transformer, list_name)
         for i, block in enumerate(blocks):
             for sub, mod in block.named_modules():
-                if _is_attention(mod):
+                if _is_attention(mod) or type(mod).__name__ in extra:
                     out.append(Site(f"{list_name}.{i}.{sub}", mod, offset + i,
                                     bool(getattr(mod, "is_cross_attention", False))))
         offset += len(blocks)

@@ -178,7 +178,8 @@ class RecipeHandle:
             parallel = None
         mine = []  # this transformer's hooks, in module order
         for site in families.attention_sites(transformer):
-            namespace = type(site.module.processor).__call__.__globals__
+            proc = getattr(site.module, "processor", None)
+            namespace = type(proc).__call__.__globals__ if proc is not None else {}
             interposer = None
             if DISPATCH_NAME in namespace:
                 interposer = DispatchInterposer.attach(namespace)
@@ -197,7 +198,7 @@ class RecipeHandle:
 
         def hook(module, args, kwargs):
             hs = kwargs.get("hidden_states", args[0] if args else None)
-            if hs is not None and hs.dim() == 5:
+            if isinstance(hs, torch.Tensor) and hs.dim() == 5:
                 ctx.grid = token_grid(transformer, hs.shape)
             ctx.expert = expert
             ctx.forward_index = ctx.tracker.on_forward()

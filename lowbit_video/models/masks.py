@@ -21,6 +21,8 @@ def key_padding(mask: torch.Tensor | None, batch: int, n_keys: int) -> torch.Ten
     Raises UnsupportedMask otherwise."""
     if mask is None:
         return None
+    if not isinstance(mask, torch.Tensor):
+        raise UnsupportedMask(f"a {type(mask).__name__} mask")  # flex attention's BlockMask
     m = mask
     if m.dtype != torch.bool:
         if m.is_floating_point():

@@ -38,7 +38,7 @@ def video_transformer_classes() -> list[str]:
 @dataclass(frozen=True)
 class TinyCase:
     config: dict[str, Any]
-    inputs: Callable[[torch.Generator], dict[str, Any]]
+    inputs: Callable[[torch.Generator], Any]  # the forward's kwargs, or a function of the model giving them
 
 
 def build(name: str, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -48,7 +48,8 @@ def build(name: str, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
     case = CASES[name]
     torch.manual_seed(seed)
     model = getattr(diffusers, name)(**case.config).eval()
-    return model, case.inputs(torch.Generator().manual_seed(seed + 1))
+    inputs = case.inputs(torch.Generator().manual_seed(seed + 1))
+    return model, inputs(model) if callable(inputs) else inputs  # a case whose inputs come from the model
 
 
 def _r(g, *shape):
@@ -171,4 +172,116 @@ CASES: dict[str, TinyCase] = {
         lambda g: dict(hidden_states=_r(g, 1, 4, 2, 8, 8), encoder_hidden_states=_r(g, 1, 7, 16),
                        timestep=torch.tensor([500]), return_dict=False)),
     "CogVideoXTransformer3DModel": TinyCase(dict(_COG), _cogvideox_inputs),
+    "WanAnimateTransformer3DModel": TinyCase(
+        dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=HEAD_DIM, in_channels=12,
+             latent_channels=4, out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=2,
+             cross_attn_norm=True, qk_norm="rms_norm_across_heads", image_dim=16, rope_max_seq_len=32,
+             motion_encoder_channel_sizes={"4": 16, "8": 16, "16": 16}, motion_encoder_size=16, motion_style_dim=8,
+             motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=16, face_encoder_num_heads=2,
+             inject_face_latents_blocks=2),
+        lambda g: dict(hidden_states=_r(g, 1, 12, 5, 8, 8), timestep=torch.tensor([500]),
+                       encoder_hidden_states=_r(g, 1, 7, 16), encoder_hidden_states_image=_r(g, 1, 5, 16),
+                       pose_hidden_states=_r(g, 1, 4, 4, 8, 8), face_pixel_values=_r(g, 1, 3, 13, 16, 16),
+                       return_dict=False)),
+    "AnyFlowFARTransformer3DModel": TinyCase(
+        dict(_WAN, in_channels=4, out_channels=4, compressed_patch_size=(1, 4, 4), full_chunk_limit=3),
+        lambda g: dict(hidden_states=_r(g, 1, 4, 4, 8, 8), timestep=torch.full((1, 4), 500.0),
+                       r_timestep=torch.full((1, 4), 250.0), encoder_hidden_states=_r(g, 1, 7, 32),
+                       chunk_partition=[2, 2], return_dict=False)),
+    "JoyImageEditTransformer3DModel": TinyCase(
+        dict(patch_size=[1, 2, 2], in_channels=16, hidden_size=2 * HEAD_DIM, num_attention_heads=2, text_dim=16,
+             num_layers=2, rope_dim_list=[8, 12, 12], theta=256),
+        lambda g: dict(hidden_states=_r(g, 1, 16, 1, 8, 8), encoder_hidden_states=_r(g, 1, 7, 16),
+                       timestep=torch.tensor([1.0]), return_dict=False)),
+    "Kandinsky6Transformer3DModel": TinyCase(
+        dict(in_visual_dim=4, out_visual_dim=4, in_text_dim=8, in_text_dim2=8, time_dim=16, patch_size=(1, 2, 2),
+             model_dim=2 * HEAD_DIM, ff_dim=64, num_text_blocks=1, num_visual_blocks=2, axes_dims=(8, 12, 12),
+             visual_cond=True, in_audio_dim=4, out_audio_dim=4),
+        lambda g: dict(hidden_states=_r(g, 1, 2, 8, 8, 9), encoder_hidden_states=_r(g, 1, 6, 8),  # (B, F, H, W, C)
+                       pooled_projections=_r(g, 1, 8), timestep=torch.tensor([500.0]), return_dict=False)),
+    "LTX2VideoTransformer3DModel": TinyCase(
+        dict(in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2,
+             attention_head_dim=HEAD_DIM, cross_attention_dim=64, audio_in_channels=4, audio_out_channels=4,
+             audio_num_attention_heads=2, audio_attention_head_dim=HEAD_DIM, audio_cross_attention_dim=64, num_layers=1,
+             qk_norm="rms_norm_across_heads", caption_channels=16, rope_double_precision=False),
+        lambda g: dict(hidden_states=_r(g, 1, 2 * 4 * 4, 4), audio_hidden_states=_r(g, 1, 9, 4),  # packed tokens
+                       encoder_hidden_states=_r(g, 1, 7, 16), audio_encoder_hidden_states=_r(g, 1, 7, 16),
+                       timestep=torch.tensor([500.0]), encoder_attention_mask=torch.ones(1, 7).bool(),
+                       num_frames=2, height=4, width=4, audio_num_frames=9, fps=25.0, return_dict=False)),
+    "MiniMaxH3Transformer3DModel": TinyCase(
+        dict(num_attention_heads=2, attention_head_dim=HEAD_DIM, hidden_size=24, num_layers=2, num_refiner_layers=1,
+             ffn_dim=32, in_channels=4, audio_in_channels=6, patch_size=(1, 2, 2), text_dim=8, freq_dim=8,
+             time_embed_hidden_dim=24, time_embed_dim=16, rope_freq_dim=2),
+        lambda g: _minimax_inputs(g)),
+    "WanAnimate2Transformer3DModel": TinyCase(
+        dict(patch_size=(1, 2, 2), text_len=16, in_dim=36, dim=4 * HEAD_DIM, ffn_dim=64, freq_dim=64, text_dim=32,
+             out_dim=16, num_heads=4, num_layers=2, cross_attn_norm=True, use_img_emb=True),
+        lambda g: _wan_animate2_inputs(g)),
+    "SanaWMTransformer3DModel": TinyCase(
+        dict(in_channels=4, num_layers=2, hidden_size=2 * HEAD_DIM, num_attention_heads=2, patch_size=(1, 1, 1),
+             softmax_every_n=2, linear_head_dim=16, t_kernel_size=3, conv_kernel_size=4, caption_channels=8,
+             mlp_ratio=2.0, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2),
+        lambda g: _sana_wm_inputs(g)),
+    "SanaWMLTX2RefinerTransformer3DModel": TinyCase(
+        dict(in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2,
+             attention_head_dim=HEAD_DIM, cross_attention_dim=64, audio_in_channels=4, audio_out_channels=4,
+             audio_num_attention_heads=2, audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=2,
+             qk_norm="rms_norm_across_heads", caption_channels=16, rope_double_precision=False),
+        lambda g: _refiner_inputs(g)),
+    "Kandinsky6SRTransformer3DModel": TinyCase(
+        dict(in_visual_dim=4, out_visual_dim=8, time_dim=16, patch_size=(1, 2, 2), model_dim=2 * HEAD_DIM, ff_dim=32,
+             num_visual_blocks=2, axes_dims=(8, 12, 12)),
+        lambda g: dict(hidden_states=_r(g, 1, 2, 16, 16, 9), timestep=torch.tensor([500.0]), return_dict=False)),
 }
+
+
+def _refiner_inputs(g, frames=2, h=4, w=4, n_text=8):
+    hs, text = _r(g, 1, frames * h * w, 4), _r(g, 1, n_text, 16)
+
+    def with_model(model):  # the refiner takes its video RoPE from the caller
+        rope = model.build_rotary_emb_for_absolute_positions(batch_size=1, frame_positions=list(range(frames)),
+                                                             height=h, width=w, device=hs.device, fps=24.0)
+        return dict(hidden_states=hs, encoder_hidden_states=text, timestep=torch.full((1, hs.shape[1]), 500.0),
+                    video_rotary_emb=rope, encoder_attention_mask=torch.ones(1, n_text), return_dict=False)
+
+    return with_model
+
+
+def _wan_animate2_inputs(g, frames=2, h=4, w=4):
+    """The reference pass (`kv_cache_mode="extract"`): dense self-attention over one segment's latents, each sample
+    a list entry (C, F, H, W)."""
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    return dict(hidden_states=[_r(g, 16, frames, h, w)], timestep=torch.tensor([1.0]),
+                encoder_hidden_states=[_r(g, 8, 32)], condition_latents=[_r(g, 20, frames, h, w)],
+                encoder_hidden_states_image=_r(g, 1, 4, 1280), kv_cache=WanAnimate2KVCache(2),
+                kv_cache_mode="extract", seq_len=frames * (h // 2) * (w // 2),
+                offset_grid_sizes=torch.tensor([[frames, h // 2, w // 2]]), return_dict=False)
+
+
+def _sana_wm_inputs(g, frames=4, h=8, w=8, n_text=16):
+    c2w = torch.eye(4).repeat(1, frames, 1, 1)
+    c2w[..., 2, 3] = torch.arange(frames, dtype=torch.float32) * 0.1
+    intrinsics = torch.tensor([float(w), float(h), w / 2, h / 2]).expand(1, frames, 4)
+    return dict(hidden_states=_r(g, 1, 4, frames, h, w), timestep=torch.full((1, 1, frames), 500.0),
+                encoder_hidden_states=_r(g, 1, 1, n_text, 8), encoder_attention_mask=torch.ones(1, n_text).long(),
+                camera_conditions=torch.cat([c2w.flatten(start_dim=-2), intrinsics], dim=-1),
+                chunk_plucker=_r(g, 1, 8, frames, h, w), return_dict=False)
+
+
+def _minimax_inputs(g, n_text=4, n_audio=6, n_video=8):
+    """MiniMax-H3 takes one packed sequence: text rows, then audio rows, then video rows, tagged by the caller."""
+    n = n_text + n_audio + n_video
+    text, audio, video = torch.arange(n_text), torch.arange(n_text, n_text + n_audio), torch.arange(n_text + n_audio, n)
+    tags = torch.empty(n, dtype=torch.long)
+    tags[text], tags[audio], tags[video] = 1, 2, 0
+    t_idx = torch.zeros(n, dtype=torch.long)
+    t_idx[audio] = 1
+    pos = torch.zeros(n, 3)
+    pos[:, 0] = torch.arange(n, dtype=torch.float32)
+    pos[video, 1] = torch.arange(n_video, dtype=torch.float32) % 4
+    pos[video, 2] = torch.arange(n_video, dtype=torch.float32) % 2
+    return dict(hidden_states=_r(g, 1, n_video, 16), audio_hidden_states=_r(g, 1, n_audio, 6),
+                encoder_hidden_states=_r(g, 1, n_text, 8), timestep=torch.tensor([0.7, 0.3]), timestep_indices=t_idx,
+                token_tags=tags, position_ids=pos, video_indices=video, audio_indices=audio, text_indices=text,
+                return_dict=False)
