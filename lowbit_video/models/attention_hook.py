@@ -188,7 +188,7 @@ class RecipeAttentionHook(ModelHook):
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_args(*args, **kwargs)
         refuse = _refusal(query, key, dropout_p, is_causal, enable_gqa, 1)
         if refuse == "not 4-D":
-            self._count(self.attention_type, "fallback")
+            self._count(self.attention_type, "fallback", refuse)
             return func(*args, **kwargs)
         out = self._attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask,
                               scale=scale, parallel_config=None, backend=None,
@@ -197,13 +197,15 @@ class RecipeAttentionHook(ModelHook):
 
     # -- counts
 
-    def _count(self, attention_type: str, how: str) -> None:
-        """One call in the context's counts. Not under torch.compile: the counts, the block index and the step are
-        Python values dynamo would guard on, compiling the block again as each changes, so compiled calls go
-        uncounted."""
+    def _count(self, attention_type: str, how: str, reason: str | None = None) -> None:
+        """One call in the context's counts (`reason`: why a fallback ran the original kernel). Not under
+        torch.compile: the counts, the block index and the step are Python values dynamo would guard on, compiling
+        the block again as each changes, so compiled calls go uncounted."""
         if torch.compiler.is_compiling():
             return
         self.ctx.stats[(self.expert, self.block_index, self.ctx.tracker.step, attention_type, how)] += 1
+        if reason is not None:
+            self.ctx.fallback_reasons[reason] += 1
 
     # -- the one place where attention is computed
 
@@ -229,14 +231,14 @@ class RecipeAttentionHook(ModelHook):
                 valid = key_padding(attn_mask, query.shape[0], key.shape[1])
             except UnsupportedMask as e:
                 ctx.warn_once("mask", f"attention mask is not a key-padding mask ({e}); those calls run unquantized")
-                self._count(kind, "fallback")
+                self._count(kind, "fallback", f"a mask that is not key padding ({e})")
             else:
                 self._count(kind, "quantized")
                 return self._quantized(query, key, value, valid, attention_type=kind, text_tokens=text_tokens,
                                        scale=scale)
         elif quant:
             ctx.warn_once(f"refuse:{refuse}", f"{ctx.recipe.name}: attention calls with {refuse} run unquantized")
-            self._count(kind, "fallback")
+            self._count(kind, "fallback", refuse)
         else:
             self._count(kind, "high")
         if cp is not None and cp.ring_degree > 1 and backend in (None, "native"):

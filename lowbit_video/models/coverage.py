@@ -94,7 +94,8 @@ def check_class(name: str, recipes=RECIPES) -> dict[str, Any]:
             calls = handle.calls
             row["recipes"][recipe] = {
                 "quantized": calls["quantized"], "high": calls["high"], "fallback": calls["fallback"],
-                "by_type": calls["by_type"], "changed": not torch.equal(out, ref),
+                "by_type": calls["by_type"], "fallback_reasons": calls["fallback_reasons"],
+                "changed": not torch.equal(out, ref),
                 "finite": bool(torch.isfinite(out).all()), "restored": torch.equal(after, ref),
                 "seconds": round(time.perf_counter() - t0, 2),
             }
@@ -114,6 +115,22 @@ def row_ok(row: dict[str, Any], recipe: str) -> bool:
     return (r["quantized"] + r["high"] + r["fallback"] == calls["self"] + calls["cross"]
             and r["quantized"] + r["fallback"] == calls["self"] and r["high"] == calls["cross"]
             and r["quantized"] > 0 and r["changed"] and r["finite"] and r["restored"])
+
+
+def why_not(row: dict[str, Any], recipe: str) -> str:
+    """One line on why `recipe` is not supported on the row's class (empty when it is)."""
+    if row.get("error"):
+        return row["error"]
+    if row_ok(row, recipe):
+        return ""
+    r, calls = row["recipes"][recipe], row["calls"]
+    if r["fallback"] and not r["quantized"]:
+        return "every self-attention call runs diffusers' kernel: " + "; ".join(sorted(r["fallback_reasons"]))
+    if not calls["self"] and not r["fallback"]:
+        return "no softmax self-attention in its blocks (linear attention); cross-attention stays 16-bit"
+    if not r["restored"]:
+        return "the forward after removal differs from the untouched model"
+    return f"counts differ from the forward's calls: {r['quantized']} q / {r['high']} h / {r['fallback']} f"
 
 
 def draft_support(row: dict[str, Any]) -> str:
@@ -158,7 +175,8 @@ def coverage_markdown(rows: list[dict[str, Any]], command: str, recipes=RECIPES)
             else:
                 mark = "yes" if row_ok(row, r) else "no"
                 cells.append(f"{mark} ({rr['quantized']} q / {rr['high']} h / {rr['fallback']} f)")
-        note = row["error"] or (facts.get("unknown") or "")
+        note = "; ".join(dict.fromkeys(w for w in (why_not(row, r) for r in recipes) if w)) or facts.get("unknown") \
+            or ""
         family = families.FACTS[row["class"]].name if row["class"] in families.FACTS else "(no facts row)"
         lines.append(f"| {row['class']} | {family} | {'%d/%d' % (calls['self'], calls['cross']) if calls else '—'} | "
                      + " | ".join(cells) + f" | {draft_support(row)} | {row.get('route', '')} | {note} |")
@@ -168,4 +186,4 @@ def coverage_markdown(rows: list[dict[str, Any]], command: str, recipes=RECIPES)
 
 
 __all__ = ["RECIPES", "check_class", "count_attention_calls", "coverage_markdown", "coverage_rows", "draft_support",
-           "row_ok"]
+           "row_ok", "why_not"]

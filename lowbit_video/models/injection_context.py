@@ -36,6 +36,7 @@ class InjectionContext:
         self.batch_prompts: list[int] = [0]
         # (expert, block, step, attention_type, "quantized" | "high" | "fallback" | "engine") -> number of calls
         self.stats: Counter = Counter()
+        self.fallback_reasons: Counter = Counter()  # why calls ran the original kernel -> number of calls
         self._warned: set[str] = set()
         self.injection: Any = None  # the RecipeHandle that installed the hooks (injection.py)
 
@@ -77,6 +78,7 @@ class InjectionContext:
             for key, table in ((str(step), out["by_step"]), (expert, out["by_expert"]), (kind, out["by_type"])):
                 table.setdefault(key, {"quantized": 0, "high": 0, "fallback": 0, "engine": 0})[how] += n
         out["num_steps"] = self.tracker.num_steps
+        out["fallback_reasons"] = dict(self.fallback_reasons)
         return out
 
 

@@ -48,6 +48,10 @@ def build(name: str, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
     case = CASES[name]
     torch.manual_seed(seed)
     model = getattr(diffusers, name)(**case.config).eval()
+    with torch.no_grad():  # zero-initialised layers (output heads, gates) made live, so attention shows at the output
+        for p in model.parameters():
+            if p.numel() and p.is_floating_point() and not p.any():
+                p.normal_(std=0.05)
     inputs = case.inputs(torch.Generator().manual_seed(seed + 1))
     return model, inputs(model) if callable(inputs) else inputs  # a case whose inputs come from the model
 
@@ -228,6 +232,19 @@ CASES: dict[str, TinyCase] = {
              audio_num_attention_heads=2, audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=2,
              qk_norm="rms_norm_across_heads", caption_channels=16, rope_double_precision=False),
         lambda g: _refiner_inputs(g)),
+    "JoyImageEditPlusTransformer3DModel": TinyCase(
+        dict(patch_size=[1, 2, 2], in_channels=16, hidden_size=2 * HEAD_DIM, num_attention_heads=2, text_dim=16,
+             num_layers=2, rope_dim_list=[8, 12, 12], theta=256),
+        # one patch per row (C, 1, 2, 2); two images of 3 x 3 patches
+        lambda g: dict(hidden_states=_r(g, 1, 18, 16, 1, 2, 2), encoder_hidden_states=_r(g, 1, 7, 16),
+                       timestep=torch.tensor([1.0]), shape_list=[[(1, 3, 3), (1, 3, 3)]], return_dict=False)),
+    "Kandinsky5Transformer3DModel": TinyCase(
+        dict(in_visual_dim=4, in_text_dim=8, in_text_dim2=8, time_dim=16, out_visual_dim=4, patch_size=(1, 2, 2),
+             model_dim=2 * HEAD_DIM, ff_dim=64, num_text_blocks=1, num_visual_blocks=2, axes_dims=(8, 12, 12)),
+        lambda g: dict(hidden_states=_r(g, 1, 2, 8, 8, 4), encoder_hidden_states=_r(g, 1, 6, 8),  # (B, F, H, W, C)
+                       timestep=torch.tensor([500.0]), pooled_projections=_r(g, 1, 8),
+                       visual_rope_pos=[torch.arange(2), torch.arange(4), torch.arange(4)],
+                       text_rope_pos=torch.arange(6), return_dict=False)),
     "Kandinsky6SRTransformer3DModel": TinyCase(
         dict(in_visual_dim=4, out_visual_dim=8, time_dim=16, patch_size=(1, 2, 2), model_dim=2 * HEAD_DIM, ff_dim=32,
              num_visual_blocks=2, axes_dims=(8, 12, 12)),
