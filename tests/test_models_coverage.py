@@ -1,0 +1,103 @@
+"""sage2-int8 and mxattention through `use_recipe` on every video transformer class the installed diffusers exports
+(tiny random-weight instances, CPU): the hooks count every attention call of the forward (counted independently
+from torch's SDPA calls), quantize the self/joint ones and keep cross-attention in 16 bit (the recipes' default
+policy), each quantized call equals the recipe's float64 reference engine on the same Q/K/V within the CPU path's
+stated tolerance, and after removal the forward is bit-identical to the untouched model."""
+
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+
+import lowbit_video.models.attention_hook as attention_hook  # noqa: E402
+from lowbit_video.attention import attend  # noqa: E402
+from lowbit_video.models import coverage  # noqa: E402
+from lowbit_video.models.injection import use_recipe  # noqa: E402
+from lowbit_video.models.steps import StepTracker  # noqa: E402
+from lowbit_video.models.tiny_video_cases import CASES, build, video_transformer_classes  # noqa: E402
+
+CLASSES = video_transformer_classes()
+
+# Classes a quantized recipe cannot take, and why (what the hooks must then do: leave every call to diffusers).
+LEFT_OUT = {
+    "AnyFlowFARTransformer3DModel": "block-causal self-attention through flex attention (a BlockMask)",
+    "Kandinsky6SRTransformer3DModel": "sparse self-attention through flex attention (a BlockMask)",
+    "SanaVideoTransformer3DModel": "linear self-attention (no softmax); only cross-attention is softmax attention",
+}
+
+
+def test_the_rule_finds_the_video_transformers_and_each_has_a_tiny_case():
+    # every exported <Name>Transformer3DModel; a class a later diffusers adds shows up here without a case
+    assert len(CLASSES) >= 31 and "WanTransformer3DModel" in CLASSES and "CogVideoXTransformer3DModel" in CLASSES
+    assert all(name.endswith("Transformer3DModel") for name in CLASSES)
+    assert sorted(set(CLASSES) - set(CASES)) == []
+
+
+@pytest.fixture(scope="module")
+def rows():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cache[name] = coverage.check_class(name)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_counts_match_the_forwards_calls_and_removal_is_exact(name, rows):
+    row = rows(name)
+    assert row["error"] is None, row.get("traceback")
+    for recipe in coverage.RECIPES:
+        r = row["recipes"][recipe]
+        assert r["restored"] and r["finite"], recipe
+        if name in LEFT_OUT:
+            assert r["quantized"] == 0 and not r["changed"], recipe  # diffusers' kernel on every call
+            assert coverage.why_not(row, recipe)
+            continue
+        calls = row["calls"]
+        assert coverage.row_ok(row, recipe), (recipe, r, calls)
+        assert r["by_type"].get("cross", {}).get("high", 0) == calls["cross"]
+        assert r["quantized"] + r["fallback"] == calls["self"] and r["quantized"] > 0
+
+
+def test_supported_on_at_least_28_classes(rows):
+    for recipe in coverage.RECIPES:
+        assert sum(coverage.row_ok(rows(n), recipe) for n in CLASSES) >= len(CLASSES) - len(LEFT_OUT)
+
+
+def _close_to_engine(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> None:
+    """The CPU path's stated tolerance against the engine (attention/cpu_path.py; tests/test_attention_cpu_path.py):
+    float32 rounding, plus rare single-step flips of a quantized P element."""
+    err = (out.double() - ref.double()).abs()
+    vmax = v.double().abs().max()
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) <= 1e-3
+    assert float((err <= 1e-5 * vmax).double().mean()) >= 0.99
+    assert float(err.max()) <= vmax
+
+
+@pytest.mark.parametrize("recipe", coverage.RECIPES)
+@pytest.mark.parametrize("name", [n for n in CLASSES if n not in LEFT_OUT])
+def test_quantized_calls_equal_the_reference_engine(name, recipe, monkeypatch):
+    seen = []
+
+    def recording(q, k, v, rec, **kw):
+        out = attend(q, k, v, rec, **kw)
+        seen.append((q, k, v, kw, out))
+        return out
+
+    monkeypatch.setattr(attention_hook, "attend", recording)
+    model, inputs = build(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad(), use_recipe(model, recipe, tracker=StepTracker()) as handle:
+            model(**inputs)
+    assert len(seen) >= handle.calls["quantized"] > 0  # a padded batch row is its own call
+    for q, k, v, kw, out in seen:
+        ref = attend(q, k, v, recipe, backend="reference", **kw)
+        _close_to_engine(out, ref, v)
