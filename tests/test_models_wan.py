@@ -183,6 +183,16 @@ def test_a14b_folder_needs_two_experts_and_vice_versa(folders):
         load_model("wan2.1-t2v-14b", path=str(folders["wan22"]))
 
 
+def test_a_folder_of_another_wan_model_is_refused_naming_the_config(folders):
+    # a Wan2.1-shaped folder (16 latent channels) would run as wan2.2-ti2v-5b and be filed under that name
+    with pytest.raises(UserError) as e:
+        load_model("wan2.2-ti2v-5b", path=str(folders["wan21"]))
+    msg = str(e.value)
+    assert "\n" not in msg and "not wan2.2-ti2v-5b's" in msg and "in_channels 16" in msg and "has 48" in msg
+    with pytest.raises(UserError, match="in_channels 48, wan2.1-t2v-1.3b has 16"):
+        load_model("wan2.1-t2v-1.3b", path=str(folders["ti2v"]))
+
+
 def test_ti2v_5b_expand_timesteps_and_16x_vae(folders):
     m = _load("wan2.2-ti2v-5b", folders["ti2v"])
     kw = dict(steps=2, height=64, width=64, frames=9)
@@ -206,3 +216,16 @@ def test_transformer_time_is_binned_per_denoising_step(wan21):
     assert "peak_memory_gib" not in t  # CPU: no allocator peak to report
     # the hooks are gone afterwards: a plain forward adds nothing
     assert not wan21.pipe.transformer._forward_hooks and not wan21.pipe.transformer._forward_pre_hooks
+
+
+def test_generate_with_another_wan_models_folder_exits_2_and_files_nothing(folders, tmp_path):
+    from typer.testing import CliRunner
+
+    from lowbit_video.cli import app
+
+    res = CliRunner().invoke(app, ["generate", "--model", "wan2.2-ti2v-5b", "--model-path", str(folders["wan21"]),
+                                   "--steps", "1", "--out", str(tmp_path / "runs")])
+    lines = [l for l in res.stderr.splitlines() if l.strip() and not l.startswith(("loaded ", "["))]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+    assert "not wan2.2-ti2v-5b's" in lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("meta.json"))
