@@ -101,3 +101,42 @@ def test_quantized_calls_equal_the_reference_engine(name, recipe, monkeypatch):
     for q, k, v, kw, out in seen:
         ref = attend(q, k, v, recipe, backend="reference", **kw)
         _close_to_engine(out, ref, v)
+
+
+def test_draft_recipe_on_packed_tokens_takes_the_grid_from_the_call():
+    # LTX-Video takes packed tokens; the facts' grid arguments (num_frames, height, width) give the 2 x 8 x 8 grid
+    # the draft recipe lays its 64-token blocks out by
+    import dataclasses
+
+    from diffusers import LTXVideoTransformer3DModel
+
+    from lowbit_video.recipes import PrecisionPolicy, load_recipe
+
+    recipe = dataclasses.replace(load_recipe("draftattention2"), policy=PrecisionPolicy())  # every block and step
+    torch.manual_seed(0)
+    model = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=64,
+                                       cross_attention_dim=128, num_layers=1, caption_channels=16).eval()
+    g = torch.Generator().manual_seed(1)
+    inputs = dict(hidden_states=torch.randn(1, 128, 8, generator=g), encoder_hidden_states=torch.randn(1, 7, 16,
+                  generator=g), timestep=torch.tensor([500]), encoder_attention_mask=torch.ones(1, 7), num_frames=2,
+                  height=8, width=8, return_dict=False)
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with use_recipe(model, recipe, tracker=StepTracker()) as handle:
+                out = model(**inputs)[0]
+                assert handle.context.grid == (2, 8, 8)
+    assert handle.calls["quantized"] == 1 and handle.calls["high"] == 1  # self drafted, cross 16-bit
+    assert torch.isfinite(out).all() and not torch.equal(out, ref)
+
+
+def test_draft_recipe_without_patch_facts_is_a_one_line_error():
+    from lowbit_video.errors import UserError
+
+    model, _ = build("Kandinsky5Transformer3DModel")  # no facts row
+    with pytest.raises(UserError) as e:
+        with use_recipe(model, "draftattention2", tracker=StepTracker()):
+            pass
+    msg = str(e.value)
+    assert "\n" not in msg and "patch sizes of Kandinsky5Transformer3DModel" in msg and "facts table" in msg

@@ -16,6 +16,8 @@ see from a call is read here:
 * `masks`: which masks the family passes to attention (documentation and the coverage table).
 * `attention_classes`: module classes that compute softmax attention themselves, without a processor (SANA-WM's
   softmax blocks): their SDPA calls are taken over as the processors' are.
+* `grid_kwargs`: for transformers that take packed tokens (LTX-Video), the forward's arguments that give the
+  latent's frames, height and width.
 * `latent`: the axis order of the transformer's latent input ("BCFHW", CogVideoX and ConsisID "BFCHW").
 
 A class without a row still gets every recipe that needs no video geometry on the attention of its block lists
@@ -47,6 +49,7 @@ class FamilyFacts:
     masks: str = "none"
     latent: str = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
     attention_classes: tuple[str, ...] = ()  # attention modules without a diffusers processor (calling SDPA)
+    grid_kwargs: tuple[str, str, str] | None = None  # forward arguments giving the latent (F, H, W) of packed tokens
 
 
 _WAN = FamilyFacts("Wan", ("blocks",), ("config.patch_size[0]", "config.patch_size[1]", "config.patch_size[2]"),
@@ -55,7 +58,7 @@ _HUNYUAN = FamilyFacts("HunyuanVideo", ("transformer_blocks", "single_transforme
                        ("config.patch_size_t", "config.patch_size", "config.patch_size"), ("config.rope_axes_dim",),
                        "after", "key padding of the prompt's padded text tokens")
 _LTX = FamilyFacts("LTX-Video", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size", "config.patch_size"), None,
-                   "none", "key padding of the prompt (cross-attention)")
+                   "none", "key padding of the prompt (cross-attention)", grid_kwargs=("num_frames", "height", "width"))
 
 # class name -> facts. Read from diffusers 0.42.1's model sources.
 FACTS: dict[str, FamilyFacts] = {
@@ -75,7 +78,8 @@ FACTS: dict[str, FamilyFacts] = {
                                                 _HUNYUAN.masks),
     "LTXVideoTransformer3DModel": _LTX,
     "LTX2VideoTransformer3DModel": FamilyFacts("LTX-2", ("transformer_blocks",), _LTX.patch, None, "none",
-                                               "key padding of the prompt (cross-attention)"),
+                                               "key padding of the prompt (cross-attention)",
+                                               grid_kwargs=("num_frames", "height", "width")),
     "CogVideoXTransformer3DModel": FamilyFacts("CogVideoX", ("transformer_blocks",),
                                                ("config.patch_size_t", "config.patch_size", "config.patch_size"),
                                                None, "before", latent="BFCHW"),
@@ -202,6 +206,20 @@ def family_name(transformer: torch.nn.Module) -> str:
     return facts.name if facts is not None else type(transformer).__name__
 
 
+def call_grid(transformer: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[int, int, int] | None:
+    """The video token grid of one forward call: from its 5-D latent, or from the facts' `grid_kwargs`."""
+    hs = kwargs.get("hidden_states", args[0] if args else None)
+    if isinstance(hs, torch.Tensor) and hs.dim() == 5:
+        return token_grid(transformer, hs.shape)
+    facts, patch = facts_for(transformer), patch_sizes(transformer)
+    if facts is None or facts.grid_kwargs is None or patch is None:
+        return None
+    dims = [kwargs.get(k) for k in facts.grid_kwargs]
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    return tuple(d // p for d, p in zip(dims, patch))
+
+
 def text_position(transformer: torch.nn.Module) -> str | None:
     facts = facts_for(transformer)
     return facts.text if facts is not None else None
@@ -234,6 +252,6 @@ def check_transformer(transformer: Any) -> None:
                         "video transformer holds them in its block lists)")
 
 
-__all__ = ["FACTS", "FamilyFacts", "Site", "TEXT_POSITIONS", "attention_sites", "block_lists", "check_transformer",
+__all__ = ["FACTS", "FamilyFacts", "Site", "TEXT_POSITIONS", "attention_sites", "block_lists", "call_grid", "check_transformer",
            "describe", "facts_for", "family_name", "num_blocks", "patch_sizes", "rope_segments", "text_position", "token_grid",
            "unknown_facts"]

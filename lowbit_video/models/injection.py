@@ -197,9 +197,7 @@ class RecipeHandle:
         ctx = self.context
 
         def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            if isinstance(hs, torch.Tensor) and hs.dim() == 5:
-                ctx.grid = token_grid(transformer, hs.shape)
+            ctx.grid = families.call_grid(transformer, args, kwargs)
             ctx.expert = expert
             ctx.forward_index = ctx.tracker.on_forward()
             for hook in hooks:  # the policy's decisions for this forward's step
