@@ -122,8 +122,8 @@ def _times(fn, *, cuda: bool, warmup: int, reps: int) -> list[float]:
 
 def bench_models(models=tuple(MODELS), recipes=DEFAULT_RECIPES, *, blocks: int | None = None, reps: int = 3,
                  warmup: int = 1, seed: int = 0, tiny: bool = False, log=print) -> list[dict]:
-    """Rows {model, class, recipe, tokens, blocks, device, ms, ms_all, x_fp16, attention_calls}: the fp16 recipe
-    first, then each of `recipes`, through `use_recipe` at a mid-schedule step."""
+    """Rows {model, class, recipe, tokens, blocks, device, ms, ms_all, x_fp16, attention_calls (of one forward)}:
+    the fp16 recipe first, then each of `recipes`, through `use_recipe` at a mid-schedule step."""
     from ..models.injection import use_recipe
     from ..models.steps import StepTracker
     from ..models.tiny_video_cases import build as build_tiny
@@ -144,7 +144,8 @@ def bench_models(models=tuple(MODELS), recipes=DEFAULT_RECIPES, *, blocks: int |
             tracker.num_steps, tracker.step = 50, 25  # mid-schedule: step policies do not apply
             with torch.inference_mode(), use_recipe(model, recipe, tracker=tracker) as handle:
                 times = _times(lambda: model(**inp), cuda=device == "cuda", warmup=warmup, reps=reps)
-                calls = {k: handle.calls[k] for k in ("quantized", "high", "fallback", "engine")}
+                forwards = warmup + reps
+                calls = {k: handle.calls[k] // forwards for k in ("quantized", "high", "fallback", "engine")}
             ms = statistics.median(times)
             base = ms if recipe == BASELINE else base
             rows.append(dict(model=name, cls=spec.cls, recipe=recipe, tokens=tokens, blocks=n_blocks, device=device,
