@@ -59,20 +59,28 @@ def _block_inputs(model, inputs):
     return block, seen["args"], seen["kwargs"]
 
 
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _eager_and_aot(block, args, kwargs):
+    """The block's eager output and its AOTAutograd-compiled one, after checking that dynamo traces it without a
+    graph break into one recipe-op call (the self-attention; cross-attention stays 16-bit)."""
+    eager = block(*args, **kwargs)
+    explained = torch._dynamo.explain(block)(*args, **kwargs)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert [_op_calls(g) for g in explained.graphs] == [1]
+    return _first(eager), _first(torch.compile(block, fullgraph=True, backend="aot_eager")(*args, **kwargs))
+
+
 @pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention"])
 @pytest.mark.parametrize("family", ["ltx", "cogvideox"])
 def test_a_block_compiles_fullgraph_into_one_op_call_and_equals_eager(family, recipe):
     (name, model, inputs), = [m for m in _models(32, "cpu", torch.float32) if m[0] == family]
     torch._dynamo.reset()
     with torch.no_grad(), use_recipe(model, recipe, tracker=StepTracker()) as handle:
-        block, args, kwargs = _block_inputs(model, inputs)
-        eager = block(*args, **kwargs)
-        explained = torch._dynamo.explain(block)(*args, **kwargs)
-        assert explained.graph_break_count == 0, explained.break_reasons
-        assert [_op_calls(g) for g in explained.graphs] == [1]  # the self-attention; cross stays 16-bit
-        compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(*args, **kwargs)
-    first = lambda o: o[0] if isinstance(o, tuple) else o  # noqa: E731
-    assert torch.equal(first(compiled), first(eager))
+        eager, compiled = _eager_and_aot(*_block_inputs(model, inputs))
+    assert torch.equal(compiled, eager)
     assert handle.calls["quantized"] == 2  # the eager calls: the forward's and the block's
 
 
@@ -86,14 +94,9 @@ def test_gpu_block_compiles_with_inductor_over_the_kernels(family, recipe):
     torch._dynamo.reset()
     with torch.no_grad(), use_recipe(model, recipe, tracker=StepTracker()) as handle:
         block, args, kwargs = _block_inputs(model, inputs)
-        eager = block(*args, **kwargs)
-        explained = torch._dynamo.explain(block)(*args, **kwargs)
-        assert explained.graph_break_count == 0, explained.break_reasons
-        assert [_op_calls(g) for g in explained.graphs] == [1]
-        aot = torch.compile(block, fullgraph=True, backend="aot_eager")(*args, **kwargs)
+        eager, aot = _eager_and_aot(block, args, kwargs)
         torch._dynamo.reset()
-        inductor = torch.compile(block, fullgraph=True)(*args, **kwargs)
-    first = lambda o: o[0] if isinstance(o, tuple) else o  # noqa: E731
-    assert torch.equal(first(aot), first(eager))
-    rel = ((first(inductor).float() - first(eager).float()).norm() / first(eager).float().norm()).item()
+        inductor = _first(torch.compile(block, fullgraph=True)(*args, **kwargs))
+    assert torch.equal(aot, eager)
+    rel = ((inductor.float() - eager.float()).norm() / eager.float().norm()).item()
     assert rel < 2e-2 and handle.calls["engine"] == 0

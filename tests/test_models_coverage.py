@@ -140,3 +140,19 @@ def test_draft_recipe_without_patch_facts_is_a_one_line_error():
             pass
     msg = str(e.value)
     assert "\n" not in msg and "patch sizes of Kandinsky5Transformer3DModel" in msg and "facts table" in msg
+
+
+def test_models_families_lists_every_class_and_what_draft_recipes_need():
+    import json
+
+    from typer.testing import CliRunner
+
+    from lowbit_video.cli import app
+
+    res = CliRunner().invoke(app, ["models", "--families", "--json"])
+    assert res.exit_code == 0, res.stderr
+    by = {r["class"]: r for r in json.loads(res.stdout)["families"]}
+    assert sorted(by) == CLASSES
+    assert by["HunyuanVideoTransformer3DModel"]["text"] == "after" and by["WanTransformer3DModel"]["draft"] == "yes"
+    assert by["Kandinsky5Transformer3DModel"] == dict(by["Kandinsky5Transformer3DModel"], family=None,
+                                                      recipes="every non-draft recipe", draft="no: no facts row")

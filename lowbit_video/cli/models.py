@@ -47,12 +47,18 @@ def models(as_json: bool = JsonOpt,
     if as_json:
         print_json({"models": rows})
         return
-    table = Table(title="models")
-    for col in ("name", "family", "weights", "steps", "size (frames x H x W)", "description"):
+    _print_table("models", ("name", "family", "weights", "steps", "size (frames x H x W)", "description"),
+                 [(m["name"], m["family"], str(m["weights"]), str(m["default_steps"]),
+                   f"{m['default_frames']} x {m['default_height']} x {m['default_width']}", m["description"])
+                  for m in rows])
+
+
+def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    table = Table(title=title)
+    for col in columns:
         table.add_column(col, overflow="fold")
-    for m in rows:
-        table.add_row(m["name"], m["family"], str(m["weights"]), str(m["default_steps"]),
-                      f"{m['default_frames']} x {m['default_height']} x {m['default_width']}", m["description"])
+    for row in rows:
+        table.add_row(*row)
     out.print(table)
 
 
@@ -73,13 +79,9 @@ def _families(as_json: bool) -> None:
     if as_json:
         print_json({"families": rows})
         return
-    table = Table(title="diffusers video transformers")
-    for col in ("class", "family", "blocks", "text", "recipes", "draft"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["class"], r["family"] or "-", ", ".join(r["blocks"] or ["(found from the module tree)"]),
-                      r["text"] or "?", r["recipes"], r["draft"])
-    out.print(table)
+    _print_table("diffusers video transformers", ("class", "family", "blocks", "text", "recipes", "draft"),
+                 [(r["class"], r["family"] or "-", ", ".join(r["blocks"] or ["(found from the module tree)"]),
+                   r["text"] or "?", r["recipes"], r["draft"]) for r in rows])
 
 
 def _coverage(as_json: bool, out_path: Path | None) -> None:
