@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import lowbit_video.models.processors as processors
+import lowbit_video.models.attention_hook as attention_hook
 from lowbit_video.ablate import AblateOptions, run_study
 from lowbit_video.attention.quantizers import build_quantizer
 from lowbit_video.recipes import load_recipe
@@ -43,7 +43,7 @@ def _cheap_attend(real):
 @pytest.fixture(scope="module")
 def table3(tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    mp.setattr(processors, "attend", _cheap_attend(processors.attend))
+    mp.setattr(attention_hook, "attend", _cheap_attend(attention_hook.attend))
     tmp = tmp_path_factory.mktemp("t3")
     prompts = tmp / "p.txt"
     prompts.write_text(PROMPT + "\n")
@@ -118,7 +118,7 @@ def test_a_study_recipe_with_fallback_fails_before_generating(tmp_path, monkeypa
     (d / "ablations").mkdir(parents=True)
     (d / "mxattention.toml").write_text(  # shadows the project's recipe of the same name
         'name = "mxattention"\ndescription = "x"\ninclude = "%s"\n[policy]\nhigh_precision_steps = [-1]\n'
-        % (processors.__file__.rsplit("/lowbit_video/", 1)[0] + "/recipes/base/mxattention.toml"))
+        % (attention_hook.__file__.rsplit("/lowbit_video/", 1)[0] + "/recipes/base/mxattention.toml"))
     monkeypatch.setenv("LOWBIT_VIDEO_RECIPES", str(d))
     res = subprocess.run([sys.executable, "-m", "lowbit_video", "ablate", "table3", "--out", str(tmp_path / "o")],
                          capture_output=True, text=True)

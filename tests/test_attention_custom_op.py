@@ -1,6 +1,6 @@
 """The recipe's attention as a torch custom op (lowbit_video/attention/custom_op.py): its registration, its string
 form of a recipe, its fake implementation, and what it is for: torch.compile with `fullgraph=True` of a Wan block with
-the recipe processors installed, diffusers' regional compilation, and CUDA-graph capture.
+the recipe's attention hooks installed, diffusers' regional compilation, and CUDA-graph capture.
 
 CPU tests run the op on the CPU path (the same op, the same dispatch); GPU tests run the kernels on a
 Wan2.1-1.3B-shaped block (12 heads x 128, random init, bf16)."""
@@ -188,7 +188,7 @@ def test_regional_compilation_compiles_one_graph_per_policy_decision_and_equals_
     """diffusers' `compile_repeated_blocks(fullgraph=True)` on three blocks over three denoising steps, the middle
     one kept in 16 bit by the recipe's policy: one graph serves every block of the quantized steps, one more the
     16-bit step (a block depends on the policy's decision only, not on its index or the step), and every compiled
-    forward is bit-equal to the eager forward of its step. Compiled calls are not counted (processors.py)."""
+    forward is bit-equal to the eager forward of its step. Compiled calls are not counted (attention_hook.py)."""
     pytest.importorskip("diffusers")
     from lowbit_video.models.injection import install_recipe
     from lowbit_video.models.steps import StepTracker

@@ -222,10 +222,10 @@ def test_ablate_under_torchrun_rank0_writes_the_study_once(tmp_path):
 
 @pytest.mark.slow
 def test_table3_shards_then_one_process_writes_the_table(tmp_path, monkeypatch):
-    import lowbit_video.models.processors as processors
+    import lowbit_video.models.attention_hook as attention_hook
     from test_ablate_table3 import CONFIGS, _cheap_attend
 
-    monkeypatch.setattr(processors, "attend", _cheap_attend(processors.attend))
+    monkeypatch.setattr(attention_hook, "attend", _cheap_attend(attention_hook.attend))
     out = tmp_path / "out"
     opts = dict(prompts=_prompts(tmp_path), seeds=[0], steps=2, out=str(out), weights_dir=str(tmp_path / "w"))
     shares = [run_study("table3", AblateOptions(**opts, shard=f"{i}/2")) for i in range(2)]

@@ -11,7 +11,7 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
-from lowbit_video.models.processors import HunyuanVideoRecipeProcessor  # noqa: E402
+from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import save_tiny_hunyuan  # noqa: E402
 
@@ -61,7 +61,7 @@ def test_quantized_and_draft_recipes_run_with_the_padding_mask(hy):
         assert np.isfinite(out).all() and not np.array_equal(out, ref), name
         s = hy.last_run
         assert s["quantized"] == 2 * 2 and s["fallback"] == 0  # 2 steps x 2 joint blocks, one forward each
-    assert not any(isinstance(p, HunyuanVideoRecipeProcessor) for p in hy.pipe.transformer.attn_processors.values())
+    assert not recipe_hooks(hy.pipe.transformer)
 
 
 def test_capture_drops_text_padding(hy, tmp_path):

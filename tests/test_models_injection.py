@@ -15,8 +15,7 @@ pytest.importorskip("transformers")
 
 import lowbit_video  # noqa: E402
 from lowbit_video.errors import UserError  # noqa: E402
-from lowbit_video.models.injection import install_recipe, use_recipe  # noqa: E402
-from lowbit_video.models.processors import WanRecipeProcessor  # noqa: E402
+from lowbit_video.models.injection import install_recipe, recipe_hooks, use_recipe  # noqa: E402
 from lowbit_video.models.base import cpu_noise  # noqa: E402
 from lowbit_video.models.registry import get_model_info, load_model  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import tiny_wan_pipeline  # noqa: E402
@@ -72,10 +71,11 @@ def test_use_recipe_installs_and_restores_the_same_processor_objects(shapes):
     before, hooks = _processors(tiny.transformer), dict(tiny.transformer._forward_pre_hooks)
     with use_recipe(tiny, "sage2-int8", scheduler=sched) as handle:
         inside = _processors(tiny.transformer)
-        assert all(isinstance(p, WanRecipeProcessor) for p in inside.values())
-        assert len({id(p) for p in inside.values()}) == len(inside) == 2 * len(tiny.transformer.blocks)
+        assert _same_objects(before, inside)  # the model's own processors stay installed
+        ours = recipe_hooks(tiny.transformer)
+        assert len({id(h) for h in ours}) == len(inside) == 2 * len(tiny.transformer.blocks)
         assert "set_timesteps" in vars(sched) and handle.installed
-    assert _same_objects(before, _processors(tiny.transformer))
+    assert _same_objects(before, _processors(tiny.transformer)) and not recipe_hooks(tiny.transformer)
     assert dict(tiny.transformer._forward_pre_hooks) == hooks
     assert "set_timesteps" not in vars(sched) and "step" not in vars(sched)  # the class's methods again
     assert not handle.installed
@@ -98,11 +98,12 @@ def test_install_remove_pair_on_both_experts_of_a_wan22_pipeline():
     handle = install_recipe(pipe, "rotateattention-half")
     assert [n for n, _ in handle.transformers] == ["transformer", "transformer_2"]
     for t in (pipe.transformer, pipe.transformer_2):
-        assert all(isinstance(p, WanRecipeProcessor) for p in t.attn_processors.values())
+        assert len(recipe_hooks(t)) == len(t.attn_processors)
     handle.remove()
     handle.remove()  # idempotent
     assert _same_objects(before[0], _processors(pipe.transformer))
     assert _same_objects(before[1], _processors(pipe.transformer_2))
+    assert not recipe_hooks(pipe.transformer) and not recipe_hooks(pipe.transformer_2)
     assert "step" not in vars(pipe.scheduler)
     install_recipe(pipe, "fp16").remove()  # installable again after removal
 

@@ -11,7 +11,7 @@ pytest.importorskip("diffusers")
 
 from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
-from lowbit_video.models.processors import WanRecipeProcessor  # noqa: E402
+from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
 from lowbit_video.models.tiny_shapes.model import WEIGHTS_DIR, TinyShapesModel, tiny_test_config  # noqa: E402
 from lowbit_video.models.tiny_shapes.sample import sample  # noqa: E402
@@ -40,7 +40,7 @@ def test_fp16_generate_is_bit_identical_to_sample(tiny):
     ours = tiny.generate(PROMPTS, [0, 1], recipe="fp16", steps=3, guidance=2.0)
     plain = sample(tiny.model, PROMPTS, [0, 1], steps=3, guidance=2.0)
     assert ours.shape == (2, 4, 16, 16, 3) and np.array_equal(ours, plain)
-    assert not any(isinstance(p, WanRecipeProcessor) for p in tiny.model.transformer.attn_processors.values())
+    assert not recipe_hooks(tiny.model.transformer)
 
 
 def test_quantized_recipe_changes_output_and_steps_tracked_under_batched_cfg(tiny):

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
-from lowbit_video.models.processors import WanRecipeProcessor  # noqa: E402
+from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import save_tiny_wan  # noqa: E402
 
@@ -52,15 +52,15 @@ def test_loads_from_folder_and_describes(wan21):
     assert d["model"] == "wan2.1-t2v-1.3b" and d["pipeline"] == "WanPipeline"
     assert d["num_blocks"] == 2 and d["transformers"]["transformer"]["rope_segments"] == [12, 10, 10]
     assert d["components"]["transformer"] == "WanTransformer3DModel" and d["dtype"] == "float32"
-    # a freshly loaded model has diffusers' own processors (they are never saved)
-    assert not any(isinstance(p, WanRecipeProcessor) for p in wan21.pipe.transformer.attn_processors.values())
+    # a freshly loaded model has diffusers' own processors and no hooks (they are never saved)
+    assert not recipe_hooks(wan21.pipe.transformer)
 
 
 def test_generate_shape_range_and_processors_removed_after(wan21):
     v = wan21.generate(["a red circle", "a blue square"], [0, 1], recipe="fp16", **SMALL)
     assert v.shape == (2, 9, 32, 32, 3) and v.dtype == np.float32
     assert 0.0 <= v.min() and v.max() <= 1.0
-    assert not any(isinstance(p, WanRecipeProcessor) for p in wan21.pipe.transformer.attn_processors.values())
+    assert not recipe_hooks(wan21.pipe.transformer)
 
 
 def test_fp16_recipe_is_bit_identical_to_the_plain_pipeline_with_the_same_noise(wan21):
@@ -119,7 +119,7 @@ def test_two_experts_both_get_processors_and_one_step_numbering(wan22):
     assert s["by_expert"]["transformer"]["quantized"] == 4 * high
     assert s["by_expert"]["transformer_2"]["quantized"] == 4 * (4 - high)
     for t in (wan22.pipe.transformer, wan22.pipe.transformer_2):
-        assert not any(isinstance(p, WanRecipeProcessor) for p in t.attn_processors.values())
+        assert not recipe_hooks(t)
 
 
 def test_capture_writes_post_rope_qkv_and_index(wan21, tmp_path):
@@ -183,6 +183,16 @@ def test_a14b_folder_needs_two_experts_and_vice_versa(folders):
         load_model("wan2.1-t2v-14b", path=str(folders["wan22"]))
 
 
+def test_a_folder_of_another_wan_model_is_refused_naming_the_config(folders):
+    # a Wan2.1-shaped folder (16 latent channels) would run as wan2.2-ti2v-5b and be filed under that name
+    with pytest.raises(UserError) as e:
+        load_model("wan2.2-ti2v-5b", path=str(folders["wan21"]))
+    msg = str(e.value)
+    assert "\n" not in msg and "not wan2.2-ti2v-5b's" in msg and "in_channels 16" in msg and "has 48" in msg
+    with pytest.raises(UserError, match="in_channels 48, wan2.1-t2v-1.3b has 16"):
+        load_model("wan2.1-t2v-1.3b", path=str(folders["ti2v"]))
+
+
 def test_ti2v_5b_expand_timesteps_and_16x_vae(folders):
     m = _load("wan2.2-ti2v-5b", folders["ti2v"])
     kw = dict(steps=2, height=64, width=64, frames=9)
@@ -206,3 +216,16 @@ def test_transformer_time_is_binned_per_denoising_step(wan21):
     assert "peak_memory_gib" not in t  # CPU: no allocator peak to report
     # the hooks are gone afterwards: a plain forward adds nothing
     assert not wan21.pipe.transformer._forward_hooks and not wan21.pipe.transformer._forward_pre_hooks
+
+
+def test_generate_with_another_wan_models_folder_exits_2_and_files_nothing(folders, tmp_path):
+    from typer.testing import CliRunner
+
+    from lowbit_video.cli import app
+
+    res = CliRunner().invoke(app, ["generate", "--model", "wan2.2-ti2v-5b", "--model-path", str(folders["wan21"]),
+                                   "--steps", "1", "--out", str(tmp_path / "runs")])
+    lines = [l for l in res.stderr.splitlines() if l.strip() and not l.startswith(("loaded ", "["))]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+    assert "not wan2.2-ti2v-5b's" in lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("meta.json"))

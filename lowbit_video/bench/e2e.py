@@ -5,7 +5,7 @@ The model is diffusers' `WanTransformer3DModel` with the Wan2.1-T2V-14B configur
 40 heads x 128, ffn 13824, 16 latent channels in/out, text_dim 4096, patch 1x2x2) or the Wan2.1-T2V-1.3B one
 (30 blocks, 12 heads x 128, ffn 8960), random initialization, bf16, on the GPU. `blocks` below the model's
 builds and times that many blocks (all blocks are identical in shape, so block time scales linearly; embeddings
-and the output head are included once either way). Recipes run through the model adapters' processors (`models.injection.use_recipe`,
+and the output head are included once either way). Recipes run through the model adapters' attention hooks (`models.injection.use_recipe`,
 the recipe's precision policy at a mid-schedule step); dense attention inside a recipe forward
 (e.g. cross-attention, which the recipes leave at 16 bit) and the baseline both run under
 `sdpa_kernel(CUDNN_ATTENTION)`. Timing: CUDA events around each forward, warm-up forwards first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -126,6 +127,43 @@ def register(app: typer.Typer) -> None:
             log(f"plot: {plot}")
         if as_json:
             print(json.dumps(info))
+
+    @bench_app.command("models")
+    @user_errors
+    def bench_models_cmd(
+        model: Optional[list[str]] = typer.Option(None, "--model", help="cogvideox-5b, ltx-video, hunyuanvideo-1.5 (repeat; default all)."),
+        random_weights: bool = typer.Option(False, "--random-weights", help="Random initialization (required unless --tiny: no checkpoint is read)."),
+        recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipes (repeat; default sage2-int8, mxattention); fp16 always runs first as the baseline."),
+        blocks: Optional[int] = typer.Option(None, "--blocks", min=1, help="Transformer blocks to build and time (default all of each model's)."),
+        reps: int = typer.Option(3, "--reps", min=1, help="Timed forwards per recipe (median)."),
+        tiny: bool = typer.Option(False, "--tiny", help="The tiny random-weight instances on the CPU (a smoke run; times mean nothing)."),
+        out_path: Optional[Path] = typer.Option(None, "--out", help="Also write the table as markdown (e.g. results/models-h200.md)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
+    ) -> None:
+        """One forward of CogVideoX-5B-, LTX-Video- and HunyuanVideo-1.5-shaped transformers (random weights, bf16) per
+        recipe through use_recipe, against the fp16 recipe: ms, ratio, attention calls."""
+        import shlex
+        import sys
+
+        import torch
+
+        from .. import runstore
+        from ..bench.models import DEFAULT_RECIPES, MODELS, bench_models, models_markdown
+
+        names = model or list(MODELS)
+        _check_known(names, MODELS, "model")
+        if not tiny and not random_weights:
+            raise UserError("bench models needs --random-weights (it reads no checkpoint), or --tiny")
+        if not tiny and not torch.cuda.is_available():
+            raise UserError("bench models needs a CUDA GPU (none is visible); --tiny runs the tiny instances on the CPU")
+        log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
+        rows = bench_models(names, recipe or list(DEFAULT_RECIPES), blocks=blocks, reps=reps, tiny=tiny, log=log)
+        if out_path is not None:
+            command = "lowbit-video bench models " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
+                if sys.argv[1:3] == ["bench", "models"] else "lowbit-video bench models"
+            runstore.atomic_write_bytes(out_path, models_markdown(rows, command.strip()).encode())
+        if as_json:
+            print(json.dumps(rows))
 
     @bench_app.command("e2e")
     @user_errors

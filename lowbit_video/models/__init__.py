@@ -2,7 +2,8 @@
 
 registry.py lists the models and loads one; base.py is the interface every family implements
 (wan.py, hunyuan.py, tiny_shapes_adapter.py; the registry imports them, they import base only).
-injection.py and processors.py put a recipe's attention into a diffusers transformer; steps.py,
+injection.py, attention_hook.py and families.py (the per-family facts) put a recipe's attention into
+any diffusers video transformer; steps.py,
 capture.py and timing.py follow a generate call. `tiny_shapes` is the shipped tiny model: its prompt
 grammar, clip renderer, training, sampling and the pixel-level adherence scorer.
 

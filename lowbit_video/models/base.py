@@ -2,9 +2,9 @@
 the helpers they share. registry.py lists the models and loads them; it imports the families, which
 import this module and never the registry, so the imports run one way: registry -> family -> base.
 
-* `VideoModel.generate` installs the recipe's attention processors for the call through the public
-  `use_recipe` (injection.py, processors.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
-  (capture.py), and restores the model's processors afterwards.
+* `VideoModel.generate` installs the recipe's attention hooks for the call through the public
+  `use_recipe` (injection.py, attention_hook.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
+  (capture.py), and takes the hooks out afterwards.
 * Paired noise: the initial noise of a seed is drawn on a CPU `torch.Generator` seeded with it,
   so every recipe (and device) starts from the same noise.
 """
@@ -119,7 +119,7 @@ class VideoModel(ABC):
                 "class": type(t).__name__, "num_blocks": num_blocks(t),
                 "num_attention_heads": int(cfg.num_attention_heads), "attention_head_dim": int(cfg.attention_head_dim),
                 "patch_size": _jsonable(getattr(cfg, "patch_size", None)), "in_channels": int(cfg.in_channels),
-                "rope_segments": list(rope_segments(t)),
+                "rope_segments": list(rope_segments(t) or ()),
             }
         out["transformers"] = experts
         out["num_blocks"] = next(iter(experts.values()))["num_blocks"] if experts else 0
@@ -156,7 +156,7 @@ class VideoModel(ABC):
 
     @abstractmethod
     def _sample(self, prompts: list[str], seeds: list[int], s: Settings, ctx, scheduler: Any) -> np.ndarray:
-        """Run the family's sampler with processors installed; (n, T, H, W, 3) floats in [0, 1]."""
+        """Run the family's sampler with the recipe installed; (n, T, H, W, 3) floats in [0, 1]."""
 
     def _transformers(self) -> list[tuple[str, torch.nn.Module]]:
         """(name, transformer) pairs the recipe is installed into (Wan2.2 A14B has two)."""

@@ -6,8 +6,8 @@
 * diffusers does the splitting: `ContextParallelConfig` + `transformer.enable_parallelism`; the
   model's `_cp_plan` (Wan: native) splits the hidden states, RoPE and timestep along the sequence
   before the first block and gathers at `proj_out`, so every rank ends with the whole output.
-* The recipe's attention takes part through diffusers' own helper: our processors
-  (processors.py) hand their query/key/value shard to `_templated_context_parallel_attention` with
+* The recipe's attention takes part through diffusers' own helper: the recipe's attention hooks
+  (attention_hook.py) hand their query/key/value shard to `_templated_context_parallel_attention` with
   the recipe as its forward op. Ulysses (all-to-all over heads): the op sees every token of
   heads/K heads, so the recipe runs unchanged. Ring (key/value chunks): the op returns (out, lse)
   (on CUDA the recipe's kernel, whose epilogue writes the LSE; the engine only where no kernel
@@ -15,10 +15,10 @@
   noise (a chunk's P̃ tiles are scaled by its own running max, not the global one).
 * Order: parallelism is enabled on the model as loaded (diffusers' processors and their backend
   must support context parallelism: the default `native` does), before any recipe is installed;
-  recipe processors installed afterwards take the model's parallel config (injection.py). Enabling
-  it while recipe processors are installed is refused with a clear error.
-* HunyuanVideo has no `_cp_plan` in diffusers (its joint attention concatenates text to the video
-  tokens in every block): "context parallel is not supported for HunyuanVideo yet".
+  the calls a recipe takes over carry the model's parallel config (injection.py). Enabling
+  it while a recipe is installed is refused with a clear error.
+* A model without a `_cp_plan` in diffusers (HunyuanVideo: its joint attention concatenates text to the
+  video tokens in every block) is refused: "context parallel is not supported for HunyuanVideo yet".
 """
 
 from __future__ import annotations
@@ -49,20 +49,19 @@ def _cpu_device_count() -> Iterator[None]:
 
 
 def _check(transformer: torch.nn.Module, mode: str, degree: int) -> None:
-    from .injection import _family
-    from .processors import _RecipeProcessorMixin
+    from . import families
+    from .injection import _check_family, recipe_hooks
 
-    fam = _family(transformer)  # UserError for anything but Wan / HunyuanVideo transformers
-    if fam == "hunyuanvideo":
-        raise UserError("context parallel is not supported for HunyuanVideo yet")
+    _check_family(transformer)  # UserError for anything without attention modules in block lists
     if getattr(type(transformer), "_cp_plan", None) is None:
-        raise UserError(f"context parallel: {type(transformer).__name__} has no split plan (_cp_plan)")
+        # diffusers splits the sequence by the model's _cp_plan; without one there is nothing to split by
+        raise UserError(f"context parallel is not supported for {families.family_name(transformer)} yet")
     heads = int(transformer.config.num_attention_heads)
     if mode == "ulysses" and heads % degree:
         raise UserError(f"--context-parallel ulysses --cp-degree {degree}: the model's {heads} attention heads "
                         f"do not divide by {degree} (use a divisor of {heads}, or ring)")
-    if any(isinstance(p, _RecipeProcessorMixin) for p in transformer.attn_processors.values()):
-        raise RuntimeError("enable context parallelism before installing recipe processors "
+    if recipe_hooks(transformer):
+        raise RuntimeError("enable context parallelism before installing a recipe "
                            "(enable_context_parallel after load_model, outside model.generate)")
 
 

@@ -1,9 +1,9 @@
 """HunyuanVideo text-to-video from a diffusers-format folder (`HunyuanVideoPipeline`), offline.
 
-Recipe processors replace the joint (video + text) attention of the 20 dual-stream and 40
+The recipe's hooks take over the joint (video + text) attention of the 20 dual-stream and 40
 single-stream blocks (block indices 0-19 and 20-59); the token refiner (text only) is left alone.
-The prompt is padded to `max_sequence_length` text tokens and the padding masked; the processors
-handle that mask exactly (processors.py). `guidance` is HunyuanVideo's embedded guidance scale
+The prompt is padded to `max_sequence_length` text tokens and the padding masked; the hooks
+handle that mask exactly (attention_hook.py). `guidance` is HunyuanVideo's embedded guidance scale
 (no classifier-free guidance pass: one transformer forward per step). The VAE decodes tiled.
 """
 

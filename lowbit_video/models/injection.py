@@ -12,24 +12,25 @@
 `use_recipe` computes what `lowbit-video generate` computes for the same recipe, prompt and noise.
 
 * Target: a pipeline (any object with `transformer` / `transformer_2`, e.g. diffusers' WanPipeline or
-  the shipped TinyShapesModel) or a bare WanTransformer3DModel / HunyuanVideoTransformer3DModel.
-* Processors go in through the public `transformer.set_attn_processor({name: processor})`, one
-  instance per attention module (the token refiner of HunyuanVideo keeps its own); the previous
-  processor objects are put back on `remove()` / on leaving the block, also after an exception.
-  Nothing process-wide is changed (no attention backend switch, no global registry): what is
-  installed lives in the transformer's own processors, which is also how a second recipe on the
-  same transformer is detected and refused (recipes do not nest).
+  the shipped TinyShapesModel) or a bare diffusers video transformer (any of them: what differs per family is a
+  row of families.py's facts table, and a class without a row still gets every recipe that needs no video grid).
+* One diffusers `ModelHook` (attention_hook.py) goes on each attention module of the transformer's block lists,
+  through diffusers' `HookRegistry`; the model's processors stay as they are. `remove()` / leaving the block takes
+  the hooks off and leaves each module as it was (no hook registry or forward attribute left behind), also after
+  an exception. The `dispatch_attention_fn` name of a processor's module is bound to a shared interposer while a
+  recipe is installed and put back when the last one is removed (attention_hook.py); nothing else process-wide
+  changes. A second recipe on the same transformer is refused (recipes do not nest).
 * The step comes from wrapping the scheduler's `set_timesteps` / `step` (steps.py): the pipeline's
   `scheduler`, or `scheduler=` (a bare transformer has none; a recipe that keeps denoising steps in
   16 bit then needs it). The precision policy (recipe `[policy]`: blocks, steps, attention types)
   is applied per call; calls are counted as quantized / high (kept in 16 bit by the policy) /
-  fallback (a mask the quantized path cannot express ran the original kernel).
+  fallback (a call the quantized path cannot express ran the original kernel).
 * A forward pre-hook on each transformer (public `register_forward_pre_hook`) records the latent
   token grid (frames, height, width after patching) for draft recipes and captures, counts the
-  forwards of a step (cond / uncond) for captures, and has each processor decide for the step
+  forwards of a step (cond / uncond) for captures, and has each hook decide for the step
   which of its calls the policy quantizes (`make_plan`: what a compiled block depends on).
 
-Processors are not saved with a model: a freshly loaded model has diffusers' defaults.
+Hooks are not saved with a model: a freshly loaded model has none.
 """
 
 from __future__ import annotations
@@ -38,104 +39,89 @@ import contextlib
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from diffusers.hooks.hooks import HookRegistry
 
 from ..errors import UserError
 from ..recipes import Recipe, load_recipe
+from . import families
+from .attention_hook import DISPATCH_NAME, HOOK_NAME, DispatchInterposer, RecipeAttentionHook
 from .capture import CaptureWriter
-from .processors import (HunyuanVideoRecipeProcessor, InjectionContext, WanRecipeProcessor, _RecipeProcessorMixin,
-                         recipe_changes_attention)
+from .injection_context import InjectionContext, recipe_changes_attention
 from .steps import StepTracker
 
 
-def _family(transformer: torch.nn.Module) -> str:
-    from diffusers import HunyuanVideoTransformer3DModel, WanTransformer3DModel
-
-    if isinstance(transformer, WanTransformer3DModel):
-        return "wan"
-    if isinstance(transformer, HunyuanVideoTransformer3DModel):
-        return "hunyuanvideo"
-    raise UserError(f"no recipe processors for {type(transformer).__name__} "
-                    "(supported: WanTransformer3DModel, HunyuanVideoTransformer3DModel)")
+def _check_family(transformer: Any) -> None:
+    if not isinstance(transformer, torch.nn.Module) or not families.attention_sites(transformer):
+        raise UserError(f"no recipe processors for {type(transformer).__name__}: it has no diffusers attention "
+                        "modules in block lists (pass a diffusers video transformer or pipeline)")
 
 
 def attention_modules(transformer: torch.nn.Module) -> list[tuple[str, torch.nn.Module, int, str]]:
-    """(module name, module, block index, attention type) of every attention the recipe may touch.
-
-    Wan: `blocks.{i}.attn1` (self) and `.attn2` (cross), block i. HunyuanVideo: the joint
-    attention `transformer_blocks.{i}.attn` (block i) and `single_transformer_blocks.{j}.attn`
-    (block num_layers + j)."""
-    fam = _family(transformer)
-    out = []
-    if fam == "wan":
-        for i, block in enumerate(transformer.blocks):
-            for name in ("attn1", "attn2"):
-                mod = getattr(block, name)
-                out.append((f"blocks.{i}.{name}", mod, i, "cross" if mod.is_cross_attention else "self"))
-    else:
-        n = len(transformer.transformer_blocks)
-        for i, block in enumerate(transformer.transformer_blocks):
-            out.append((f"transformer_blocks.{i}.attn", block.attn, i, "joint"))
-        for j, block in enumerate(transformer.single_transformer_blocks):
-            out.append((f"single_transformer_blocks.{j}.attn", block.attn, n + j, "joint"))
-    return out
+    """(module name, module, block index, attention type) of every attention the recipe may touch: the attention
+    modules of the block lists (families.py). The type is "cross" for a module declared cross-attention, "joint"
+    where the family concatenates text to the video, else "self" (a call whose key count differs from its query
+    count is cross-attention whatever the module)."""
+    _check_family(transformer)
+    joint = families.text_position(transformer) in ("before", "after")
+    return [(s.name, s.module, s.block, "cross" if s.cross else ("joint" if joint else "self"))
+            for s in families.attention_sites(transformer)]
 
 
 def num_blocks(transformer: torch.nn.Module) -> int:
-    if _family(transformer) == "wan":
-        return len(transformer.blocks)
-    return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
+    return families.num_blocks(transformer)
 
 
-def rope_segments(transformer: torch.nn.Module) -> tuple[int, ...]:
-    """The t/h/w channel split of the model's 3D RoPE (per head)."""
-    if _family(transformer) == "wan":
-        return (transformer.rope.t_dim, transformer.rope.h_dim, transformer.rope.w_dim)
-    return tuple(int(d) for d in transformer.config.rope_axes_dim)
+def rope_segments(transformer: torch.nn.Module) -> tuple[int, ...] | None:
+    """The t/h/w channel split of the model's 3D RoPE (per head); None where the facts table does not say."""
+    return families.rope_segments(transformer)
 
 
-def token_grid(transformer: torch.nn.Module, latent_shape: Sequence[int]) -> tuple[int, int, int]:
+def token_grid(transformer: torch.nn.Module, latent_shape: Sequence[int]) -> tuple[int, int, int] | None:
     """(frames, height, width) of the video tokens for a latent input of shape (B, C, F, H, W)."""
-    _, _, f, h, w = latent_shape
-    if _family(transformer) == "wan":
-        pt, ph, pw = transformer.config.patch_size
-    else:
-        pt, ph, pw = transformer.config.patch_size_t, transformer.config.patch_size, transformer.config.patch_size
-    return (f // pt, h // ph, w // pw)
-
+    return families.token_grid(transformer, latent_shape)
 
 
 PIPELINE_TRANSFORMERS = ("transformer", "transformer_2")  # the attributes a pipeline holds them in
 
 
 def pipeline_transformers(target: Any) -> list[tuple[str, torch.nn.Module]]:
-    """(name, transformer) pairs a recipe goes into: a bare supported transformer ("transformer"),
+    """(name, transformer) pairs a recipe goes into: a bare transformer ("transformer"),
     else every non-None `transformer` / `transformer_2` of `target` (a pipeline). UserError otherwise."""
     named = [(n, getattr(target, n, None)) for n in PIPELINE_TRANSFORMERS]
     named = [(n, t) for n, t in named if t is not None]
     if not named:
         if isinstance(target, torch.nn.Module):
-            _family(target)  # the one-line error naming the supported classes
+            _check_family(target)  # the one-line error
             return [("transformer", target)]
         raise UserError(f"cannot apply a recipe to {type(target).__name__}: pass a diffusers pipeline (it holds "
-                        "the model as .transformer) or a WanTransformer3DModel / HunyuanVideoTransformer3DModel")
+                        "the model as .transformer) or a diffusers video transformer")
     for _, t in named:
-        _family(t)
+        _check_family(t)
     return named
 
 
+def recipe_hooks(transformer: torch.nn.Module) -> list[RecipeAttentionHook]:
+    """The recipe hooks in `transformer`'s modules (empty when no recipe is installed)."""
+    out = []
+    for mod in transformer.modules():
+        registry = getattr(mod, "_diffusers_hook", None)
+        hook = registry.get_hook(HOOK_NAME) if registry is not None else None
+        if isinstance(hook, RecipeAttentionHook):
+            out.append(hook)
+    return out
+
+
 def running_recipe(transformer: torch.nn.Module) -> str | None:
-    """The name of the recipe whose processors are in `transformer`, or None."""
-    for proc in transformer.attn_processors.values():
-        if isinstance(proc, _RecipeProcessorMixin):
-            return proc.ctx.recipe.name
-    return None
+    """The name of the recipe whose hooks are in `transformer`, or None."""
+    hooks = recipe_hooks(transformer)
+    return hooks[0].ctx.recipe.name if hooks else None
 
 
 class RecipeHandle:
     """A recipe installed in the transformers of a pipeline (`install_recipe`, `use_recipe`).
 
-    `calls` counts the attention calls so far by precision; `remove()` restores the previous
-    processors, scheduler methods and hooks (idempotent)."""
+    `calls` counts the attention calls so far by precision; `remove()` takes the hooks out and restores the
+    scheduler methods (idempotent). `hooks`: "expert/module name" -> RecipeAttentionHook."""
 
     def __init__(self, transformers: Sequence[tuple[str, torch.nn.Module]], recipe: Recipe, *,
                  schedulers: Sequence[Any] = (), tracker: StepTracker | None = None,
@@ -146,7 +132,7 @@ class RecipeHandle:
         self.tracker = tracker or StepTracker()
         self.context = InjectionContext(recipe, self.tracker, capture=capture)
         self.context.injection = self
-        self.processors: dict[str, Any] = {}  # "expert/module name" -> processor
+        self.hooks: dict[str, RecipeAttentionHook] = {}  # "expert/module name" -> hook
         self._undo: contextlib.ExitStack | None = None
 
     @property
@@ -155,9 +141,9 @@ class RecipeHandle:
 
     @property
     def calls(self) -> dict[str, Any]:
-        """Attention calls so far: {"quantized", "high", "fallback", "engine", "by_step", "by_expert", "num_steps"}
-        ("high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
-        the quantized path could not express the call's mask; "engine": quantized calls on a CUDA device that
+        """Attention calls so far: {"quantized", "high", "fallback", "engine", "by_step", "by_expert", "by_type",
+        "num_steps"} ("high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
+        the quantized path could not express the call (its mask, causal, grouped-query heads, head_dim); "engine": quantized calls on a CUDA device that
         no kernel takes, run by the float64 reference engine instead)."""
         return self.context.summary()
 
@@ -181,43 +167,41 @@ class RecipeHandle:
         return self
 
     def _install_one(self, expert: str, transformer: torch.nn.Module, undo: contextlib.ExitStack) -> None:
-        fam = _family(transformer)
-        cls = WanRecipeProcessor if fam == "wan" else HunyuanVideoRecipeProcessor
-        nb, segs = num_blocks(transformer), rope_segments(transformer)
-        saved = dict(transformer.attn_processors)
+        ctx = self.context
+        if ctx.dispatch.geometry and families.patch_sizes(transformer) is None:
+            raise UserError(f"recipe {self.recipe.name!r} lays attention out by the video token grid, which needs "
+                            f"the patch sizes of {type(transformer).__name__}: not in the facts table "
+                            "(lowbit_video/models/families.py)")
+        nb, segs, text = num_blocks(transformer), rope_segments(transformer), families.text_position(transformer)
         parallel = getattr(transformer, "_parallel_config", None)
         if parallel is not None and getattr(parallel, "context_parallel_config", None) is None:
             parallel = None
-        new = dict(saved)
-        mine = []  # this transformer's processors, in module order
-        for name, _mod, block, kind in attention_modules(transformer):
-            key = f"{name}.processor"
-            proc = cls(self.context, block_index=block, attention_type=kind, num_blocks=nb, rope_segments=segs,
-                       expert=expert, replaced=saved[key])
-            if getattr(proc, "_parallel_config", None) is None and parallel is not None:
-                # context parallelism enabled on the model (models/context_parallel.py): the
-                # recipe's attention must take part in it, or each rank would attend to its shard only
-                proc._parallel_config = parallel
-            new[key] = proc
-            mine.append(proc)
-            self.processors[f"{expert}/{name}"] = proc
-        # the same processor objects go back (a copy: set_attn_processor consumes the dict it is given)
-        undo.callback(lambda: transformer.set_attn_processor(dict(saved)))
-        transformer.set_attn_processor(new)  # public API; one instance per module
+        mine = []  # this transformer's hooks, in module order
+        for site in families.attention_sites(transformer):
+            proc = getattr(site.module, "processor", None)
+            namespace = type(proc).__call__.__globals__ if proc is not None else {}
+            interposer = None
+            if DISPATCH_NAME in namespace:
+                interposer = DispatchInterposer.attach(namespace)
+                undo.callback(interposer.detach)
+            hook = RecipeAttentionHook(ctx, name=site.name, block_index=site.block, declared_cross=site.cross,
+                                       num_blocks=nb, rope_segments=segs, text=text, expert=expert,
+                                       interposer=interposer, parallel_config=parallel)
+            undo.enter_context(_hooked(site.module, hook))
+            mine.append(hook)
+            self.hooks[f"{expert}/{site.name}"] = hook
         undo.callback(transformer.register_forward_pre_hook(self._pre_hook(expert, transformer, mine),
                                                             with_kwargs=True).remove)
 
-    def _pre_hook(self, expert: str, transformer: torch.nn.Module, processors: list) -> Callable:
+    def _pre_hook(self, expert: str, transformer: torch.nn.Module, hooks: list) -> Callable:
         ctx = self.context
 
         def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            if hs is not None and hs.dim() == 5:
-                ctx.grid = token_grid(transformer, hs.shape)
+            ctx.grid = families.call_grid(transformer, args, kwargs)
             ctx.expert = expert
             ctx.forward_index = ctx.tracker.on_forward()
-            for proc in processors:  # the policy's decisions for this forward's step
-                proc.make_plan()
+            for hook in hooks:  # the policy's decisions for this forward's step
+                hook.make_plan()
             return None
 
         return hook
@@ -235,8 +219,7 @@ class RecipeHandle:
 def install_recipe(target: Any, recipe: Recipe | str, *, scheduler: Any = None, tracker: StepTracker | None = None,
                    capture: CaptureWriter | None = None) -> RecipeHandle:
     """Install `recipe` (a name, a TOML path or a Recipe) in `target` (a diffusers pipeline, or a
-    WanTransformer3DModel / HunyuanVideoTransformer3DModel); returns the installed handle, whose
-    `remove()` restores the previous processors.
+    diffusers video transformer); returns the installed handle, whose `remove()` takes the recipe out again.
 
     `scheduler`: whose `set_timesteps` / `step` give the denoising step (default: `target.scheduler`).
     `tracker`: a StepTracker to count steps with (e.g. one with a progress callback, or one set to a
@@ -266,5 +249,23 @@ def use_recipe(target: Any, recipe: Recipe | str, *, scheduler: Any = None, trac
         handle.remove()
 
 
+@contextlib.contextmanager
+def _hooked(module: torch.nn.Module, hook: RecipeAttentionHook) -> Iterator[None]:
+    """`hook` registered on `module` through diffusers' HookRegistry while the block runs; afterwards the module
+    holds exactly the attributes it held before (a registry created here and the forward it wrapped go too)."""
+    had = {name: name in vars(module) for name in ("_diffusers_hook", "forward")}
+    registry = HookRegistry.check_if_exists_or_initialize(module)
+    registry.register_hook(hook, HOOK_NAME)
+    try:
+        yield
+    finally:
+        registry.remove_hook(HOOK_NAME, recurse=False)
+        if not registry.hooks:
+            for name, present in had.items():
+                if not present:
+                    vars(module).pop(name, None)
+
+
 __all__ = ["PIPELINE_TRANSFORMERS", "RecipeHandle", "attention_modules", "install_recipe", "num_blocks",
-           "pipeline_transformers", "rope_segments", "running_recipe", "token_grid", "use_recipe"]
+           "pipeline_transformers", "recipe_hooks", "recipe_changes_attention", "rope_segments", "running_recipe",
+           "token_grid", "use_recipe"]

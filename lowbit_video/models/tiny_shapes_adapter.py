@@ -1,4 +1,4 @@
-"""`tiny-shapes` behind the VideoModel interface: `tiny_shapes.sample()` with recipe processors
+"""`tiny-shapes` behind the VideoModel interface: `tiny_shapes.sample()` with the recipe's hooks
 installed on `model.transformer` and the step tracked on the scheduler passed to `sample`.
 
 All prompts of a call are sampled as one batch (classifier-free guidance, when on, batches the

@@ -2,7 +2,7 @@
 
 * wan2.1-t2v-1.3b, wan2.1-t2v-14b: one transformer.
 * wan2.2-t2v-a14b: two experts (`transformer` for high noise, `transformer_2` below the boundary
-  timestep); recipe processors go into both, and the step tracker (on the one scheduler) gives both
+  timestep); the recipe's hooks go into both, and the step tracker (on the one scheduler) gives both
   the same step numbering.
 * wan2.2-ti2v-5b: one transformer, `expand_timesteps`, VAE 4x16x16; text-to-video mode.
 
@@ -24,6 +24,32 @@ from .checkpoint import check_pipeline_folder
 from .base import ModelInfo, Settings, VideoModel, cpu_noise, dtype_kwargs, pipeline_dtype, quiet_progress
 
 
+# What each model's transformer config must say (diffusers config.json keys): a folder of another Wan model loads
+# and runs, but would be filed under a name it is not.
+EXPECTED_TRANSFORMER = {
+    "wan2.1-t2v-1.3b": {"in_channels": 16},
+    "wan2.1-t2v-14b": {"in_channels": 16},
+    "wan2.2-t2v-a14b": {"in_channels": 16},
+    "wan2.2-ti2v-5b": {"in_channels": 48},
+}
+
+
+def check_transformer_config(path, name: str) -> None:
+    """UserError when the folder's transformer/config.json is not `name`'s (EXPECTED_TRANSFORMER)."""
+    import json
+    from pathlib import Path
+
+    cfg_path = Path(path) / "transformer" / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError):
+        return  # check_pipeline_folder / from_pretrained report a missing or unreadable config
+    for key, want in EXPECTED_TRANSFORMER.get(name, {}).items():
+        if cfg.get(key) != want:
+            raise UserError(f"{path}: the checkpoint's transformer config is not {name}'s ({key} {cfg.get(key)}, "
+                            f"{name} has {want}); pass the --model it is a checkpoint of")
+
+
 class WanVideoModel(VideoModel):
     def __init__(self, pipe, info: ModelInfo, *, device: torch.device, dtype: torch.dtype, path: str | None = None):
         super().__init__(info, device=device, dtype=dtype, path=path)
@@ -42,6 +68,7 @@ class WanVideoModel(VideoModel):
         has_two = isinstance(index.get("transformer_2"), list) and index["transformer_2"][0] is not None
         if has_two and not two:
             raise UserError(f"{path}: has two transformers (a Wan2.2 A14B checkpoint); use --model wan2.2-t2v-a14b")
+        check_transformer_config(path, info.name)
         if two and index.get("boundary_ratio") is None:
             raise UserError(f"{path}: model_index.json has no boundary_ratio (needed to switch Wan2.2 A14B experts)")
         dtype = pipeline_dtype(dtype, device)

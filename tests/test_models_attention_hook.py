@@ -1,7 +1,6 @@
-"""Recipe processors inside diffusers' Wan and HunyuanVideo transformers (tiny random weights)."""
+"""Recipe attention hooks inside diffusers' Wan and HunyuanVideo transformers (tiny random weights)."""
 
 import dataclasses
-import inspect
 import warnings
 
 import pytest
@@ -14,9 +13,9 @@ from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideo
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor  # noqa: E402
 
 from lowbit_video.errors import UserError  # noqa: E402
-from lowbit_video.models.injection import attention_modules, use_recipe  # noqa: E402
-from lowbit_video.models.processors import (HunyuanVideoRecipeProcessor, WanRecipeProcessor,  # noqa: E402
-                                            key_padding)
+from lowbit_video.models.injection import attention_modules, recipe_hooks, use_recipe  # noqa: E402
+from lowbit_video.models.attention_hook import HOOK_NAME  # noqa: E402
+from lowbit_video.models.masks import UnsupportedMask, key_padding  # noqa: E402
 from lowbit_video.models.steps import StepTracker  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import (tiny_hunyuan_transformer_config,  # noqa: E402
                                                   tiny_wan_transformer_config)
@@ -60,47 +59,47 @@ def _run(t, inputs, recipe=None):
         return out, handle
 
 
-# ------------------------------------------------------------------------------------ signatures
-
-
-@pytest.mark.parametrize("ours, upstream", [(WanRecipeProcessor, WanAttnProcessor),
-                                            (HunyuanVideoRecipeProcessor, HunyuanVideoAttnProcessor2_0)])
-def test_processor_call_signature_is_the_upstream_one(ours, upstream):
-    # Legacy Attention filters kwargs by this signature: a generic *args/**kwargs would lose RoPE.
-    assert list(inspect.signature(ours.__call__).parameters) == list(inspect.signature(upstream.__call__).parameters)
-    assert issubclass(ours, upstream)
-
-
 # ------------------------------------------------------------------------------------ installation
 
 
-def test_wan_processors_in_every_attention_module_with_block_and_type(wan):
+def _module_state(t):
+    """Per attention module: its processor object and the attributes it holds itself."""
+    return {n: (m.processor, sorted(vars(m))) for n, m in t.named_modules() if hasattr(m, "processor")}
+
+
+def test_wan_hooks_on_every_attention_module_with_block_and_type(wan):
     t, _ = wan
-    with use_recipe(t, "mxattention"):
-        procs = t.attn_processors
-        assert len(procs) == 2 * len(t.blocks)
+    before = _module_state(t)
+    with use_recipe(t, "mxattention") as handle:
+        hooks = handle.hooks
+        assert len(hooks) == 2 * len(t.blocks)
         for i, block in enumerate(t.blocks):
-            p1, p2 = block.attn1.processor, block.attn2.processor
-            assert isinstance(p1, WanRecipeProcessor) and isinstance(p2, WanRecipeProcessor)
-            assert (p1.block_index, p1.attention_type) == (i, "self")
-            assert (p2.block_index, p2.attention_type) == (i, "cross")
-            assert p1.num_blocks == len(t.blocks) and p1.rope_segments == (12, 10, 10)
-        assert len({id(p) for p in procs.values()}) == len(procs)  # one instance per module
-    # restored afterwards
+            h1, h2 = hooks[f"transformer/blocks.{i}.attn1"], hooks[f"transformer/blocks.{i}.attn2"]
+            assert (h1.block_index, h1.attention_type) == (i, "self")
+            assert (h2.block_index, h2.attention_type) == (i, "cross")
+            assert h1.num_blocks == len(t.blocks) and h1.rope_segments == (12, 10, 10)
+            assert block.attn1._diffusers_hook.get_hook(HOOK_NAME) is h1
+        assert len({id(h) for h in hooks.values()}) == len(hooks)  # one hook per module
+        # the model's own processors stay installed, untouched
+        assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
+        assert {n: p for n, (p, _) in _module_state(t).items()} == {n: p for n, (p, _) in before.items()}
+    # restored afterwards: no hook, no registry or forward attribute left on a module
+    assert _module_state(t) == before and not recipe_hooks(t)
     assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
 
 
-def test_hunyuan_processors_on_dual_and_single_blocks_not_the_refiner(hunyuan):
+def test_hunyuan_hooks_on_dual_and_single_blocks_not_the_refiner(hunyuan):
     t, _ = hunyuan
-    with use_recipe(t, "mxattention"):
-        procs = t.attn_processors
-        ours = {k: p for k, p in procs.items() if isinstance(p, HunyuanVideoRecipeProcessor)}
-        assert set(ours) == {"transformer_blocks.0.attn.processor", "single_transformer_blocks.0.attn.processor"}
-        assert [(p.block_index, p.attention_type) for p in ours.values()] == [(0, "joint"), (1, "joint")]
-        assert all(p.num_blocks == 2 and p.rope_segments == (8, 12, 12) for p in ours.values())
-        refiner = [k for k in procs if k.startswith("context_embedder")]
-        assert refiner and not any(isinstance(procs[k], HunyuanVideoRecipeProcessor) for k in refiner)
-    assert not any(isinstance(p, HunyuanVideoRecipeProcessor) for p in t.attn_processors.values())
+    with use_recipe(t, "mxattention") as handle:
+        ours = {k.split("/", 1)[1]: h for k, h in handle.hooks.items()}
+        assert set(ours) == {"transformer_blocks.0.attn", "single_transformer_blocks.0.attn"}
+        assert [(h.block_index, h.attention_type) for h in ours.values()] == [(0, "joint"), (1, "joint")]
+        assert all(h.num_blocks == 2 and h.rope_segments == (8, 12, 12) for h in ours.values())
+        refiner = [n for n, m in t.named_modules() if n.startswith("context_embedder") and hasattr(m, "processor")]
+        assert refiner and not any(hasattr(t.get_submodule(n), "_diffusers_hook") for n in refiner)
+        assert all(type(p) is HunyuanVideoAttnProcessor2_0 for k, p in t.attn_processors.items()
+                   if not k.startswith("context_embedder"))
+    assert not recipe_hooks(t)
 
 
 def test_attention_modules_lists_blocks_in_order(wan, hunyuan):
@@ -117,12 +116,29 @@ def test_unsupported_transformer_is_a_user_error():
             pass
 
 
-def test_processors_restored_after_an_exception(wan):
+def test_hooks_removed_after_an_exception(wan):
     t, _ = wan
+    before = _module_state(t)
     with pytest.raises(RuntimeError, match="boom"):
         with use_recipe(t, "mxattention"):
             raise RuntimeError("boom")
+    assert _module_state(t) == before and not recipe_hooks(t)
     assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
+
+
+def test_dispatch_name_is_diffusers_function_again_after_removal(wan):
+    import diffusers.models.transformers.transformer_wan as tw
+    from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+    t, _ = wan
+    other = WanTransformer3DModel(**tiny_wan_transformer_config()).eval()
+    first = use_recipe(t, "mxattention")
+    first.__enter__()
+    with use_recipe(other, "fp16"):
+        assert tw.dispatch_attention_fn is not dispatch_attention_fn  # one stand-in, shared by both
+        first.__exit__(None, None, None)  # removed out of order: the other installation keeps it
+        assert tw.dispatch_attention_fn is not dispatch_attention_fn
+    assert tw.dispatch_attention_fn is dispatch_attention_fn
 
 
 # ------------------------------------------------------------------------- high precision is exact
@@ -178,11 +194,9 @@ def test_key_padding_forms():
     assert torch.equal(key_padding(torch.tensor([[0.0, 0.0, float("-inf")]]), 1, 3), b)
     assert torch.equal(key_padding(torch.tensor([[1, 1, 0]]), 2, 3), b.expand(2, 3))
     assert key_padding(None, 1, 3) is None
-    from lowbit_video.models.processors import _UnsupportedMask
-
-    with pytest.raises(_UnsupportedMask):
+    with pytest.raises(UnsupportedMask):
         key_padding(torch.tril(torch.ones(3, 3, dtype=torch.bool)).view(1, 1, 3, 3), 1, 3)  # causal
-    with pytest.raises(_UnsupportedMask):
+    with pytest.raises(UnsupportedMask):
         key_padding(torch.tensor([[0.0, -0.5, 0.0]]), 1, 3)  # soft bias
 
 
@@ -219,7 +233,7 @@ def test_unsupported_mask_falls_back_to_the_original_kernel_with_a_warning(wan):
         with use_recipe(t, _with_policy("mxattention")) as handle:
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
-                out = attn.processor(attn, x, None, mask, None)
+                out = attn(x, None, mask, None)
         assert torch.equal(out, ref)
         assert handle.calls["fallback"] == 1 and handle.calls["quantized"] == 0
         assert any("not a key-padding mask" in str(x.message) for x in w)
@@ -232,6 +246,6 @@ def test_wan_key_padding_mask_in_quantized_self_attention_matches_cut_sequence(w
     x = torch.randn(1, 12, attn.inner_dim, generator=g)
     mask = torch.tensor([True] * 8 + [False] * 4).view(1, 1, 1, 12)
     with torch.no_grad(), use_recipe(t, _with_policy("mxattention")):
-        out = attn.processor(attn, x, None, mask, None)
-        cut = attn.processor(attn, x[:, :8], None, None, None)
+        out = attn(x, None, mask, None)
+        cut = attn(x[:, :8], None, None, None)
     assert torch.allclose(out[:, :8], cut, atol=1e-6)
