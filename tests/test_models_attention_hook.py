@@ -220,6 +220,44 @@ def test_hunyuan_padding_mask_is_exact_under_quantization(hunyuan):
                                       recipe)[0])
 
 
+def test_the_padding_mask_is_read_on_the_host_once_per_forward(hunyuan, monkeypatch):
+    # The model passes one mask object to all its joint blocks (dual- and single-stream): the valid keys are
+    # found once per forward, and every quantized call then gathers by device indices (no host sync per call).
+    from lowbit_video.models import masks
+
+    reads = []
+    real = masks.key_padding
+    monkeypatch.setattr(masks, "key_padding", lambda *a: reads.append(a) or real(*a))
+    t, inputs = hunyuan
+    n_joint = len(t.transformer_blocks) + len(t.single_transformer_blocks)
+    with torch.no_grad(), use_recipe(t, _with_policy("mxattention"), tracker=StepTracker()) as handle:
+        t(**inputs)
+        t(**inputs)
+    assert handle.calls["quantized"] == 2 * n_joint > 2
+    assert len(reads) == 2  # one per forward
+
+
+def test_rows_of_one_prompt_length_are_one_call_per_module(hunyuan, monkeypatch):
+    # Both rows padded alike: one recipe call per attention module for the whole batch, equal per row to the
+    # batch of one (batch rows are independent).
+    from lowbit_video.models import attention_hook
+
+    t, inputs = hunyuan
+    same = dict(inputs, encoder_attention_mask=torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]]))
+    batches = []
+    real = attention_hook.attend
+    monkeypatch.setattr(attention_hook, "attend", lambda q, *a, **kw: batches.append(q.shape[0]) or real(q, *a, **kw))
+    recipe = _with_policy("mxattention")
+    both, _ = _run(t, same, recipe)
+    assert batches and set(batches) == {2}
+    row1 = {k: (v[1:] if isinstance(v, torch.Tensor) else v) for k, v in same.items()}
+    alone, _ = _run(t, row1, recipe)
+    ref_both, _ = _run(t, same)
+    ref_alone, _ = _run(t, row1)
+    tol = (ref_both[1:] - ref_alone).abs().max().item() * 4 + 1e-6  # what batching itself changes in 16 bit
+    assert (both[1:] - alone).abs().max().item() <= tol
+
+
 def test_unsupported_mask_falls_back_to_the_original_kernel_with_a_warning(wan):
     # A mask that is not a key-padding mask (here: causal) cannot be expressed as a key subset; the
     # call runs the original kernel, bit-identical to the unmodified processor, and is counted.

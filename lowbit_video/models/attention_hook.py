@@ -27,7 +27,8 @@ heads, a head_dim the recipe's blocks do not divide) runs diffusers' call and is
 Padding masks (HunyuanVideo pads the prompt and masks the padded text keys): `attend` takes no mask, so per
 batch row the valid tokens attend to the valid keys under the recipe and the padded rows (whose outputs reach
 only other padded rows) attend to the valid keys in dense 16-bit math, which is what the masked kernel gives
-them. Finding the valid keys reads the mask on the host once per call.
+them. The valid keys are read off the mask on the host once per mask and forward (masks.padding_plan: a model
+passes one mask object to all its blocks), so the calls themselves gather by device indices without a host sync.
 
 Context parallelism (context_parallel.py): with diffusers' ContextParallelConfig on the model, the quantized call
 (and the dense one under ring, which diffusers' native backend cannot do) goes through diffusers'
@@ -53,7 +54,7 @@ from ..attention import VideoGeometry, attend
 from ..errors import ShapeError, UserError
 from ..kernels import dispatch
 from .injection_context import InjectionContext, dense_recipe
-from .masks import UnsupportedMask, key_padding
+from .masks import UnsupportedMask, key_padding, padding_plan
 
 HOOK_NAME = "lowbit_video.recipe_attention"
 DISPATCH_NAME = "dispatch_attention_fn"
@@ -227,14 +228,15 @@ class RecipeAttentionHook(ModelHook):
             return self._context_parallel(query, key, value, attn_mask, parallel_config, quantized=True,
                                           attention_type=kind, scale=scale)
         if quant and refuse is None:
+            text = self._text_slice(key.shape[1], text_tokens) if text_tokens else None
             try:
-                valid = key_padding(attn_mask, query.shape[0], key.shape[1])
+                plan = padding_plan(ctx.mask_plans, attn_mask, query.shape[0], key.shape[1], text)
             except UnsupportedMask as e:
                 ctx.warn_once("mask", f"attention mask is not a key-padding mask ({e}); those calls run unquantized")
                 self._count(kind, "fallback", f"a mask that is not key padding ({e})")
             else:
                 self._count(kind, "quantized")
-                return self._quantized(query, key, value, valid, attention_type=kind, text_tokens=text_tokens,
+                return self._quantized(query, key, value, plan, attention_type=kind, text_tokens=text_tokens,
                                        scale=scale)
         elif quant:
             ctx.warn_once(f"refuse:{refuse}", f"{ctx.recipe.name}: attention calls with {refuse} run unquantized")
@@ -291,29 +293,33 @@ class RecipeAttentionHook(ModelHook):
     def _text_slice(self, n_keys: int, text_tokens: int) -> slice:
         return slice(0, text_tokens) if self.text == "before" else slice(n_keys - text_tokens, n_keys)
 
-    def _quantized(self, q, k, v, valid, *, attention_type: str, text_tokens: int, scale) -> torch.Tensor:
-        same_tokens = q.shape[1] == k.shape[1]
-        if valid is None or bool(valid.all()):
+    def _quantized(self, q, k, v, plan, *, attention_type: str, text_tokens: int, scale) -> torch.Tensor:
+        """The recipe's attention of BNHD q, k, v under a key-padding `plan` (None: no mask): per group of batch
+        rows with the same valid keys, the valid tokens attend to the valid keys under the recipe and the padded
+        rows (whose outputs reach only other padded rows) attend to them in dense 16-bit math, which is what the
+        masked kernel gives them. Gathers by the plan's device indices: no host synchronisation."""
+        if plan is None or plan.all_valid:
             return self._attend(q, k, v, attention_type=attention_type, text_tokens=text_tokens, scale=scale)
-        out = torch.empty_like(q)
+        same_tokens = q.shape[1] == k.shape[1]
         n_keys = k.shape[1]
-        text = self._text_slice(n_keys, text_tokens)
-        for b in range(q.shape[0]):
-            keep = valid[b].nonzero().squeeze(1)
-            kb, vb = k[b:b + 1, keep], v[b:b + 1, keep]
+        whole = len(plan.rows) == 1  # every row alike (one prompt length): no gather over the batch
+        out = None if whole else torch.empty_like(q)
+        for rows, keep, pad, n_text, kept_video in plan.rows:
+            qb, kb, vb = (q, k, v) if whole else (q[rows], k[rows], v[rows])
+            kb, vb = kb[:, keep], vb[:, keep]
             if not same_tokens:  # cross-attention: every query against the valid keys
-                out[b:b + 1] = self._attend(q[b:b + 1], kb, vb, attention_type=attention_type, text_tokens=0,
-                                            scale=scale)
-                continue
-            valid_text = int(valid[b, text].sum()) if text_tokens else 0
-            if text_tokens and int(valid[b].sum()) - valid_text != n_keys - text_tokens:
-                raise ShapeError("the attention mask drops video tokens; only text padding is supported")
-            out[b:b + 1, keep] = self._attend(q[b:b + 1, keep], kb, vb, attention_type=attention_type,
-                                              text_tokens=valid_text, scale=scale)
-            pad = (~valid[b]).nonzero().squeeze(1)
-            # Padded (text) rows: dense 16-bit over the valid keys, exactly what the masked kernel
-            # gives them; they never feed a valid token.
-            out[b:b + 1, pad] = _bnhd_sdpa(q[b:b + 1, pad], kb, vb, scale).to(out.dtype)
+                ob = self._attend(qb, kb, vb, attention_type=attention_type, text_tokens=0, scale=scale)
+            else:
+                if text_tokens and kept_video != n_keys - text_tokens:
+                    raise ShapeError("the attention mask drops video tokens; only text padding is supported")
+                ob = torch.empty_like(qb)
+                ob[:, keep] = self._attend(qb[:, keep], kb, vb, attention_type=attention_type, text_tokens=n_text,
+                                           scale=scale)
+                if pad.shape[0]:
+                    ob[:, pad] = _bnhd_sdpa(qb[:, pad], kb, vb, scale).to(ob.dtype)
+            if whole:
+                return ob
+            out[rows] = ob
         return out
 
     def _attend(self, q, k, v, *, attention_type: str, text_tokens: int, scale=None) -> torch.Tensor:

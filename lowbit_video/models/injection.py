@@ -198,6 +198,7 @@ class RecipeHandle:
 
         def hook(module, args, kwargs):
             ctx.grid = families.call_grid(transformer, args, kwargs)
+            ctx.mask_plans.clear()
             ctx.expert = expert
             ctx.forward_index = ctx.tracker.on_forward()
             for hook in hooks:  # the policy's decisions for this forward's step

@@ -37,6 +37,8 @@ class InjectionContext:
         # (expert, block, step, attention_type, "quantized" | "high" | "fallback" | "engine") -> number of calls
         self.stats: Counter = Counter()
         self.fallback_reasons: Counter = Counter()  # why calls ran the original kernel -> number of calls
+        # key-padding plans of this forward's masks (masks.padding_plan), emptied by the transformer's pre-hook
+        self.mask_plans: dict = {}
         self._warned: set[str] = set()
         self.injection: Any = None  # the RecipeHandle that installed the hooks (injection.py)
 

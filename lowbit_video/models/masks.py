@@ -44,4 +44,51 @@ def key_padding(mask: torch.Tensor | None, batch: int, n_keys: int) -> torch.Ten
     return m[:, 0].expand(batch, n_keys)
 
 
-__all__ = ["UnsupportedMask", "key_padding"]
+class PaddingPlan:
+    """What one key-padding mask asks of the quantized path, read off the host once per mask and forward.
+
+    `rows` groups the batch rows with the same valid keys: (row indices, kept key indices, padded key indices,
+    kept text tokens), each index a device tensor, so the per-call work is gathers and one recipe call per group,
+    with no host synchronisation (a batch whose rows share one prompt length, the usual case, is one group)."""
+
+    def __init__(self, valid: torch.Tensor, n_keys: int, text: slice | None) -> None:
+        self.all_valid = bool(valid.all())
+        self.rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]] = []
+        if self.all_valid:
+            return
+        groups: dict[bytes, list[int]] = {}
+        host = valid.cpu()
+        for b in range(host.shape[0]):
+            groups.setdefault(host[b].numpy().tobytes(), []).append(b)
+        dev = valid.device
+        for rows in groups.values():
+            v = host[rows[0]]
+            keep = v.nonzero().squeeze(1)
+            pad = (~v).nonzero().squeeze(1)
+            n_text = int(v[text].sum()) if text is not None else 0
+            kept_video = int(v.sum()) - n_text
+            self.rows.append((torch.tensor(rows, device=dev), keep.to(dev), pad.to(dev), n_text, kept_video))
+
+
+def padding_plan(cache: dict, mask: torch.Tensor | None, batch: int, n_keys: int,
+                 text: slice | None) -> PaddingPlan | None:
+    """`PaddingPlan` of a key-padding mask, cached in `cache` by the mask tensor (a model passes one mask object to
+    every block of a forward; the cache holds a reference, so the object cannot be freed and its id reused while
+    it is there, and the caller empties it at each forward). None without a mask. UnsupportedMask as key_padding."""
+    if mask is None:
+        return None
+    # a flex-attention BlockMask is no tensor and has no version counter (it is refused below anyway)
+    key = (id(mask), getattr(mask, "_version", 0), batch, n_keys, None if text is None else (text.start, text.stop))
+    hit = cache.get(key)
+    if hit is None:
+        try:
+            found: PaddingPlan | UnsupportedMask = PaddingPlan(key_padding(mask, batch, n_keys), n_keys, text)
+        except UnsupportedMask as e:
+            found = e
+        hit = cache[key] = (mask, found)
+    if isinstance(hit[1], UnsupportedMask):
+        raise hit[1]
+    return hit[1]
+
+
+__all__ = ["PaddingPlan", "UnsupportedMask", "key_padding", "padding_plan"]
