@@ -22,3 +22,18 @@ class ShapeError(UserError, ValueError):
 class DamagedRunError(ValueError):
     """A run's file that exists but cannot be read (truncated, corrupt): that run is reported and
     left out; the other runs of the command go on."""
+
+
+class DiskFullError(UserError):
+    """A write that failed for want of room: the disk (or quota) is full, or the file would pass the
+    process's file-size limit (ulimit -f). Names the file; what was half-written is already removed.
+    Not an OSError: code that skips an unreadable file must not take a full disk for one and go on."""
+
+    def __init__(self, path, reason: str) -> None:
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) that a command caught to say where it stopped: the message is one line
+    (e.g. how many runs are complete and that the same command resumes). The CLI prints it and exits 130."""

@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.core import TyperCommand, TyperOption
 
-from ..errors import UserError
+from ..disk_full import disk_reason
+from ..errors import Interrupted, UserError
 from ..progress_lines import LineProgress
 
 # Tables must not be squeezed to 80 columns when stdout is a pipe or a CI log.
@@ -43,7 +44,10 @@ def line_progress(what: str, quiet: bool, prefix: str = "") -> LineProgress | No
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes)."""
+    """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes); so
+    too a write that failed for want of room anywhere (disk_full.py: the atomic writes already name
+    their file and remove their temporaries; this catches the rest). A caught Ctrl-C (Interrupted)
+    is its one line and exit code 130, as for any interrupted command."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -52,6 +56,15 @@ def user_errors(fn: Callable) -> Callable:
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except OSError as e:
+            why = disk_reason(e)
+            if why is None:
+                raise
+            print(f"error: cannot write {e.filename or 'a file'}: {why}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except Interrupted as e:
+            print(f"interrupted: {e}", file=sys.stderr)
+            raise typer.Exit(130) from None
 
     return wrapper
 
