@@ -51,7 +51,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import sys
 import time
 from collections import OrderedDict
@@ -63,7 +62,7 @@ import numpy as np
 
 from . import __version__
 from . import distributed, runstore, vbench_suite, video_io
-from .errors import Interrupted, UserError
+from .errors import Interrupted, UserError, shorten_quotes
 from .recipes import Recipe, load_recipe
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -190,42 +189,6 @@ def read_plain_prompts(path: Path) -> list[str]:
     return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
 
 
-QUOTE_SHOWN = 60  # characters shown of a quoted prompt or word of more than twice as many
-_LITERAL = r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"'  # a str repr, as f"{text!r}" writes it
-_QUOTED = re.compile(_LITERAL)
-_NAMED_WORD = re.compile(rf"(?:word|got) ({_LITERAL})")
-
-
-def short_quotes(message: str, limit: int = QUOTE_SHOWN) -> str:
-    """A grammar error with every quoted text longer than 2 x `limit` characters (a pasted paragraph, a
-    20 KB prompt) cut to an excerpt of `limit`: around the word the message names where the text holds it, else
-    its start, with its full length said. The error stays one short line."""
-    named = _NAMED_WORD.search(message)
-    word = _unquote(named.group(1)) if named else None
-
-    def cut(m: "re.Match[str]") -> str:
-        text = _unquote(m.group(0))
-        if text is None or len(text) <= 2 * limit:
-            return m.group(0)
-        at = text.lower().find(word.lower()) if word and len(word) <= limit and word != text else -1
-        start = max(0, min(at - limit // 3, len(text) - limit)) if at >= 0 else 0
-        piece = text[start:start + limit]
-        return (f"{'…' if start else ''}{piece!r}{'…' if start + limit < len(text) else ''} "
-                f"({len(text)} characters)")
-
-    return _QUOTED.sub(cut, message)
-
-
-def _unquote(literal: str) -> str | None:
-    import ast
-
-    try:
-        value = ast.literal_eval(literal)
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, str) else None
-
-
 def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str | None) -> list[str]:
     """Prompts in order, duplicates dropped. tiny-shapes prompts must parse in its grammar and are
     canonicalised (parse_prompt's one-line message on a bad one)."""
@@ -237,7 +200,7 @@ def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str 
             try:
                 out = [parse_prompt(p).prompt for p in prompts]
             except ValueError as e:
-                raise UserError(short_quotes(str(e))) from None
+                raise UserError(shorten_quotes(str(e))) from None
         else:
             out = [p.strip() for p in prompts]
             if any(not p for p in out):
@@ -250,7 +213,7 @@ def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str 
             try:
                 out = read_prompts(path)
             except ValueError as e:
-                raise UserError(short_quotes(str(e))) from None
+                raise UserError(shorten_quotes(str(e))) from None
         else:
             out = read_plain_prompts(path)
         if not out:
@@ -309,8 +272,9 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     if cfg.device not in ("cpu", "cuda") and not str(cfg.device).startswith("cuda:"):
         raise UserError(f"--device must be cpu or cuda, got {cfg.device!r}")
     if cfg.model_path is not None:
-        if not Path(cfg.model_path).exists():
-            raise UserError(f"--model-path {cfg.model_path}: no such directory "
+        if not Path(cfg.model_path).is_dir():
+            why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"
+            raise UserError(f"--model-path {cfg.model_path}: {why} "
                             f"({info.name} loads a diffusers-format checkpoint folder from disk)")
     elif getattr(info, "needs_path", False):
         raise UserError(f"model {info.name} has no shipped weights: pass --model-path DIR "
