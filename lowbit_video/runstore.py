@@ -11,13 +11,13 @@ Layout (shared/DESIGN.md)::
 * A run is **complete iff its meta.json exists** (and parses, and names files that exist).
   meta.json is written last, and every file is written atomically: to a temporary name in the same
   folder (".<name>.tmp-<pid>-<random><suffix>"), flushed and fsync'd, then `os.replace`d onto its
-  final name, and the folder fsync'd. A run killed at any point therefore either has a complete
-  meta.json or none; its leftover temporaries and outputs are removed by `reset_run_dir` before
-  the run is generated again.
+  final name, and the folder fsync'd.
 * A run is generated into a fresh folder beside its own (`staged_dir`, ".seed-<s>.tmp-..."), which
-  takes the run folder's place in one rename once every file is in it; so regenerating a complete
-  run (--overwrite) keeps the old one until the new one is whole, and a kill at any point leaves one
-  complete run. Folders with temporary names are never runs (`iter_runs` skips them).
+  takes the run folder's place in one step once every file is in it; so regenerating a complete
+  run (--overwrite) keeps the old one until the new one is whole, and a run killed at any point is
+  either complete or as it was. Folders with temporary names are never runs (`iter_runs` skips
+  them); a killed attempt's folder is removed when the run is generated again (`reset_run_dir`
+  cleans a run folder written in place, as older versions did).
 * A write that fails for want of room (full disk, quota, file-size limit) is a one-line
   `DiskFullError` naming the file, with its temporaries removed (disk_full.py).
 """
@@ -31,7 +31,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import sys

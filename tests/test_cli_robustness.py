@@ -213,6 +213,18 @@ def test_a_capture_on_a_full_disk_names_its_file_and_keeps_the_index_true(tmp_pa
         "block000_step000_prompt000.safetensors"]
 
 
+def test_generate_capture_qkv_on_a_full_disk(tmp_path, monkeypatch):
+    # the shipped model (captures are made inside its attention calls), one step, block 0 only
+    fill_disk(monkeypatch, "block000")
+    res = invoke("generate", "--prompt", P, "--steps", "1", "--out", tmp_path / "o", "--capture-qkv", tmp_path / "cap",
+                 "--capture-blocks", "0")
+    line = one_line(res, 2)
+    cap = runstore.run_dir(tmp_path / "cap", "tiny-shapes", "fp16", P, 0)
+    assert line == f"error: cannot write {cap / 'block000_step000_prompt000.safetensors'}: no space left on the disk"
+    assert leftovers(tmp_path) == [] and not (tmp_path / "o").exists()
+    assert not [p for p in (tmp_path / "cap").rglob("*") if p.is_file()]
+
+
 # ------------------------------------------------------------------------------ Ctrl-C
 
 
