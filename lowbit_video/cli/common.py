@@ -61,8 +61,8 @@ def _shown(path: Any, limit: int = 160) -> str:
 def user_errors(fn: Callable) -> Callable:
     """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes); so
     too a write that failed for want of room anywhere (disk_full.py: the atomic writes already name
-    their file and remove their temporaries; this catches the rest), and a path the system refuses. A caught Ctrl-C (Interrupted)
-    is its one line and exit code 130, as for any interrupted command."""
+    their file and remove their temporaries; this catches the rest) and a path the system refuses.
+    A caught Ctrl-C (Interrupted) is its one line and exit code 130, as for any interrupted command."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

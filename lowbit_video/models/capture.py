@@ -16,8 +16,9 @@ video+text attention in HunyuanVideo) of a chosen block and step saves, per prom
   tokens; `video_tokens` / `text_tokens` in the index say where the split is.
 
 Files are written atomically (runstore.atomic_write_bytes: temporary file, fsync, rename; a full
-disk is a one-line error naming the file) and index.json is rewritten atomically after every file, so an interrupted run leaves an index that lists only complete files. An
-existing index.json in the folder is extended (entries with the same file name are replaced).
+disk is a one-line error naming the file) and index.json is rewritten atomically after every
+file, so an interrupted run leaves an index that lists only complete files. An existing
+index.json in the folder is extended (entries with the same file name are replaced).
 """
 
 from __future__ import annotations
