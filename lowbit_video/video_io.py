@@ -105,7 +105,9 @@ def write_mp4(frames: np.ndarray, path: str | Path, fps: int = 8, *, crf: int = 
            "-pix_fmt", "rgb24", "-r", str(fps), "-i", "-", "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p",
            "-v", "error", "-crf", str(crf), "-preset", "medium", "-f", "mp4"]
     with atomic_path(path) as tmp:
-        done = subprocess.run([*cmd, str(tmp)], input=big.tobytes(), capture_output=True)
+        # its own session: a Ctrl-C at the terminal reaches this process only, which stops ffmpeg
+        # (subprocess.run kills it) and removes the temporary, rather than ffmpeg failing first
+        done = subprocess.run([*cmd, str(tmp)], input=big.tobytes(), capture_output=True, start_new_session=True)
         if done.returncode != 0:
             raise _ffmpeg_error(done, tmp)
     return {"fps": fps, "scale": k, "width": W * k, "height": H * k, "frames": T, "codec": "h264 (libx264, yuv420p)"}

@@ -304,12 +304,12 @@ def test_sigint_in_a_real_process(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "lowbit_video", "generate", "--prompt", P, "--seeds", "0", "1", "2",
                              "--steps", "1", "--out", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=True)
     first = runstore.run_dir(out, "tiny-shapes", "fp16", P, 0) / "meta.json"
     deadline = time.time() + 300
     while not first.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C at a terminal: to the whole process group (ffmpeg too)
     _, stderr = proc.communicate(timeout=120)
     lines = error_lines(stderr)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
