@@ -78,7 +78,7 @@ def test_wan_hooks_on_every_attention_module_with_block_and_type(wan):
             assert (h1.block_index, h1.attention_type) == (i, "self")
             assert (h2.block_index, h2.attention_type) == (i, "cross")
             assert h1.num_blocks == len(t.blocks) and h1.rope_segments == (12, 10, 10)
-            assert block.attn1._diffusers_hook.get_hook(HOOK_NAME) is h1
+            assert recipe_hooks(block.attn1) == [h1]
         assert len({id(h) for h in hooks.values()}) == len(hooks)  # one hook per module
         # the model's own processors stay installed, untouched
         assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
@@ -86,6 +86,24 @@ def test_wan_hooks_on_every_attention_module_with_block_and_type(wan):
     # restored afterwards: no hook, no registry or forward attribute left on a module
     assert _module_state(t) == before and not recipe_hooks(t)
     assert all(type(p) is WanAttnProcessor for p in t.attn_processors.values())
+
+
+def test_an_exception_inside_attention_leaves_no_hook_taking_calls(wan, monkeypatch):
+    # The forward fails inside the first quantized call: afterwards a dispatch_attention_fn call from outside any
+    # module's forward (a VAE, a text encoder) must run diffusers' own function, not a hook of the failed forward.
+    from lowbit_video.models import attention_hook
+
+    t, inputs = wan
+
+    def broken(*a, **kw):
+        raise RuntimeError("kernel failed")
+
+    monkeypatch.setattr(attention_hook, "attend", broken)
+    with torch.no_grad(), use_recipe(t, _with_policy("mxattention")) as handle:
+        with pytest.raises(RuntimeError, match="kernel failed"):
+            t(**inputs)
+        interposers = {id(h.interposer): h.interposer for h in handle.hooks.values() if h.interposer is not None}
+        assert interposers and all(ip.active is None for ip in interposers.values())
 
 
 def test_hunyuan_hooks_on_dual_and_single_blocks_not_the_refiner(hunyuan):

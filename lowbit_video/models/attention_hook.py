@@ -2,8 +2,8 @@
 that takes the attention call over at the kernel boundary, leaving the model's processor (projections, norms,
 RoPE, masks) untouched.
 
-One hook per attention module (`RecipeAttentionHook`, installed by injection.py through diffusers'
-`HookRegistry`) knows its block index, whether the module is declared cross-attention, the policy's decision for
+One hook per attention module (`RecipeAttentionHook`, installed by injection.py: through torch's forward pre- and
+post-hooks on the dispatch route, through diffusers' `HookRegistry` on the SDPA route) knows its block index, whether the module is declared cross-attention, the policy's decision for
 the running step (two booleans, `quant_self` / `quant_cross`, set by the transformer's pre-hook before each
 forward, so that a compiled block depends on them only) and the shared `InjectionContext`. During the module's
 forward it catches the attention call where the processor makes it:
@@ -57,6 +57,19 @@ from .injection_context import InjectionContext, dense_recipe
 from .masks import UnsupportedMask, key_padding, padding_plan
 
 HOOK_NAME = "lowbit_video.recipe_attention"
+HOOK_ATTRIBUTE = "_lowbit_video_recipe_hook"  # where a dispatch-route module holds its hook
+
+
+# The dispatch route enters and leaves a module's forward through torch's own module hooks, one pair of functions
+# shared by every module (the hook is read off the module): under torch.compile a block then looks the same to
+# dynamo in every block, and regional compilation makes one graph for all of them. diffusers' HookRegistry instead
+# replaces each module's `forward` with a partial of its own, which dynamo guards by identity (a graph per block).
+def enter_module(module: torch.nn.Module, args, kwargs) -> None:
+    getattr(module, HOOK_ATTRIBUTE).enter()
+
+
+def leave_module(module: torch.nn.Module, args, kwargs, output) -> None:
+    getattr(module, HOOK_ATTRIBUTE).leave()
 DISPATCH_NAME = "dispatch_attention_fn"
 
 
@@ -159,20 +172,25 @@ class RecipeAttentionHook(ModelHook):
     # -- the module's forward, with the attention call caught
 
     def new_forward(self, module: torch.nn.Module, *args, **kwargs):
+        """The SDPA route (installed through diffusers' HookRegistry): the module's forward inside the mode."""
+        with _SDPAMode(self):
+            return self.fn_ref.original_forward(*args, **kwargs)
+
+    def enter(self) -> None:
+        """The dispatch route, as the module's forward starts: this hook takes the interposer's calls."""
         ip = self.interposer
-        if ip is None:
-            with _SDPAMode(self):
-                return self.fn_ref.original_forward(*args, **kwargs)
-        prev, prev_thread = ip.active, ip.thread
+        self._outer = (ip.active, ip.thread)
         ip.active = self
         if not torch.compiler.is_compiling():
             ip.thread = threading.get_ident()
-        try:
-            return self.fn_ref.original_forward(*args, **kwargs)
-        finally:
-            ip.active = prev
-            if not torch.compiler.is_compiling():
-                ip.thread = prev_thread
+
+    def leave(self) -> None:
+        """The dispatch route, as the module's forward ends (also by an exception)."""
+        ip = self.interposer
+        active, thread = self._outer
+        ip.active = active
+        if not torch.compiler.is_compiling():
+            ip.thread = thread
 
     def on_dispatch(self, original, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     attention_kwargs, backend, parallel_config):
@@ -416,4 +434,5 @@ def _bnhd_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale=None) ->
     return out.transpose(1, 2)
 
 
-__all__ = ["DISPATCH_NAME", "DispatchInterposer", "HOOK_NAME", "RecipeAttentionHook"]
+__all__ = ["DISPATCH_NAME", "DispatchInterposer", "HOOK_ATTRIBUTE", "HOOK_NAME", "RecipeAttentionHook", "enter_module",
+           "leave_module"]

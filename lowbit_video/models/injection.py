@@ -14,8 +14,11 @@
 * Target: a pipeline (any object with `transformer` / `transformer_2`, e.g. diffusers' WanPipeline or
   the shipped TinyShapesModel) or a bare diffusers video transformer (any of them: what differs per family is a
   row of families.py's facts table, and a class without a row still gets every recipe that needs no video grid).
-* One diffusers `ModelHook` (attention_hook.py) goes on each attention module of the transformer's block lists,
-  through diffusers' `HookRegistry`; the model's processors stay as they are. `remove()` / leaving the block takes
+* One `RecipeAttentionHook` (a diffusers `ModelHook`, attention_hook.py) goes on each attention module of the
+  transformer's block lists: through torch's forward pre- and post-hooks where the processor calls
+  `dispatch_attention_fn` (one pair of functions for every module, so regional compilation makes one graph for
+  all blocks), through diffusers' `HookRegistry` where it calls SDPA itself; the model's processors stay as they
+  are. `remove()` / leaving the block takes
   the hooks off and leaves each module as it was (no hook registry or forward attribute left behind), also after
   an exception. The `dispatch_attention_fn` name of a processor's module is bound to a shared interposer while a
   recipe is installed and put back when the last one is removed (attention_hook.py); nothing else process-wide
@@ -44,7 +47,8 @@ from diffusers.hooks.hooks import HookRegistry
 from ..errors import UserError
 from ..recipes import Recipe, load_recipe
 from . import families
-from .attention_hook import DISPATCH_NAME, HOOK_NAME, DispatchInterposer, RecipeAttentionHook
+from .attention_hook import (DISPATCH_NAME, HOOK_ATTRIBUTE, HOOK_NAME, DispatchInterposer, RecipeAttentionHook,
+                             enter_module, leave_module)
 from .capture import CaptureWriter
 from .injection_context import InjectionContext, recipe_changes_attention
 from .steps import StepTracker
@@ -106,6 +110,7 @@ def recipe_hooks(transformer: torch.nn.Module) -> list[RecipeAttentionHook]:
     for mod in transformer.modules():
         registry = getattr(mod, "_diffusers_hook", None)
         hook = registry.get_hook(HOOK_NAME) if registry is not None else None
+        hook = vars(mod).get(HOOK_ATTRIBUTE, hook)
         if isinstance(hook, RecipeAttentionHook):
             out.append(hook)
     return out
@@ -192,6 +197,12 @@ class RecipeHandle:
             self.hooks[f"{expert}/{site.name}"] = hook
         undo.callback(transformer.register_forward_pre_hook(self._pre_hook(expert, transformer, mine),
                                                             with_kwargs=True).remove)
+        # An exception inside an attention module skips its post-hook (an always-called one would give each module
+        # a hook id that dynamo guards, a graph per block): the transformer's forward, ended by any means, frees
+        # the interposers, so no later call outside a module's forward (a VAE's attention) reaches a hook.
+        interposers = {id(h.interposer): h.interposer for h in mine if h.interposer is not None}.values()
+        undo.callback(transformer.register_forward_hook(_free_interposers(list(interposers)),
+                                                        always_call=True).remove)
 
     def _pre_hook(self, expert: str, transformer: torch.nn.Module, hooks: list) -> Callable:
         ctx = self.context
@@ -250,10 +261,30 @@ def use_recipe(target: Any, recipe: Recipe | str, *, scheduler: Any = None, trac
         handle.remove()
 
 
+def _free_interposers(interposers: list[DispatchInterposer]) -> Callable:
+    def hook(module, args, output):
+        for ip in interposers:
+            ip.active = None
+
+    return hook
+
+
 @contextlib.contextmanager
 def _hooked(module: torch.nn.Module, hook: RecipeAttentionHook) -> Iterator[None]:
-    """`hook` registered on `module` through diffusers' HookRegistry while the block runs; afterwards the module
-    holds exactly the attributes it held before (a registry created here and the forward it wrapped go too)."""
+    """`hook` on `module` while the block runs: the dispatch route through torch's forward pre- and post-hooks (after
+    an exception, the transformer's post-hook frees the interposer: `_free_interposers`), the SDPA route through diffusers' HookRegistry (its forward holds the scoped
+    mode); afterwards the module holds exactly the attributes it held before."""
+    if hook.interposer is not None:
+        setattr(module, HOOK_ATTRIBUTE, hook)
+        handles = [module.register_forward_pre_hook(enter_module, with_kwargs=True),
+                   module.register_forward_hook(leave_module, with_kwargs=True)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+            vars(module).pop(HOOK_ATTRIBUTE, None)
+        return
     had = {name: name in vars(module) for name in ("_diffusers_hook", "forward")}
     registry = HookRegistry.check_if_exists_or_initialize(module)
     registry.register_hook(hook, HOOK_NAME)
