@@ -519,9 +519,10 @@ def _generate(cfg: GenerateConfig, rep: Reporter, model: Any, spec: "distributed
               cp_degree: int | None) -> dict:
     res = resolve(cfg)
     device = distributed.device_for(cfg.device, spec)
-    load_s = 0.0
+    load_s, loaded_early = 0.0, False
     if unsettled(res):  # a pipeline folder whose defaults its components give: load it to plan (and to skip)
-        model, load_s = _load(model, res, cfg, device, rep)
+        loaded_early = model is None
+        model, load_s = _load(model, res, cfg, device, Reporter())  # progress starts once the grid is planned
         settle_from_model(res, model)
     # Context parallel: every rank runs every run (one shard); rank 0 writes.
     work_shard = distributed.ShardSpec() if cp_degree else spec
@@ -548,6 +549,9 @@ def _generate(cfg: GenerateConfig, rep: Reporter, model: Any, spec: "distributed
     if todo:
         if model is None:
             model, load_s = _load(model, res, cfg, device, rep)
+        elif loaded_early:
+            rep.loading(res.info.name)
+            rep.loaded(res.info.name, load_s)
         if cp_degree:
             from .models.context_parallel import enable_context_parallel
 
