@@ -150,3 +150,34 @@ def test_an_image_to_video_folder_is_refused_naming_the_input(folders, tmp_path)
     lines = [l for l in res.stderr.splitlines() if l.strip()]
     assert res.exit_code == 2 and len(lines) == 1
     assert "CogVideoXImageToVideoPipeline needs image besides the prompt" in lines[0]
+
+
+def test_hunyuanvideo15_sizes_and_guidance_come_from_its_components():
+    # HunyuanVideo15Pipeline.__call__ leaves height and width at None (then its video processor picks the crop
+    # of the transformer config's target_size closest to 16:9) and has no guidance_scale (its guider holds it).
+    # target_size 640 at 16:9 is HunyuanVideo-1.5's 480p: 480 x 848.
+    from diffusers import AutoencoderKLHunyuanVideo15, HunyuanVideo15Pipeline
+    from diffusers.guiders import ClassifierFreeGuidance
+
+    from lowbit_video.models.base import ModelInfo
+    from lowbit_video.models.pipeline import DiffusersVideoModel
+    from lowbit_video.models.tiny_video_cases import build
+
+    transformer, _ = build("HunyuanVideo15Transformer3DModel")
+    transformer.register_to_config(target_size=640)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vae = AutoencoderKLHunyuanVideo15(block_out_channels=(8,) * 5, layers_per_block=1, latent_channels=4)
+        pipe = HunyuanVideo15Pipeline(text_encoder=None, tokenizer=None, transformer=transformer, vae=vae,
+                                      scheduler=None, text_encoder_2=None, tokenizer_2=None,
+                                      guider=ClassifierFreeGuidance(guidance_scale=6.0))
+    defaults = call_defaults(HunyuanVideo15Pipeline)
+    info = ModelInfo("hunyuanvideo15", "HunyuanVideo-1.5", "test", "-", True, *(defaults[k] for k in (
+        "steps", "guidance", "height", "width", "frames")))
+    m = DiffusersVideoModel(pipe, info, device=torch.device("cpu"), dtype=torch.float32)
+    s = m.resolve_settings()
+    assert (s.steps, s.guidance, s.height, s.width, s.frames) == (50, 6.0, 480, 848, 121)
+    assert "guidance_scale" not in m.call_kwargs("x", 0, s)
+    assert m.resolve_settings(height=240, width=416).height == 240  # the options override
+    with pytest.raises(UserError, match="takes its guidance from its guider"):
+        m.resolve_settings(guidance=4.0)

@@ -53,6 +53,8 @@ class PipelineFacts:
     frames_form: bool = False  # frames must be (VAE temporal factor) * k + 1: the pipeline decodes no other count
     # setting -> attribute paths on the pipeline whose product is the value __call__ uses when the argument is None
     derived: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # or (method, argument paths): the pipeline's own method returning (height, width) when both are None
+    size_call: tuple[str, tuple[str, ...]] | None = None
 
 
 _COG_SIZE = {"height": ("transformer.config.sample_height", "vae_scale_factor_spatial"),
@@ -68,6 +70,9 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
         "width": ("transformer.config.sample_width", "vae_scale_factor_spatial"),
         "frames": ("transformer.config.sample_frames", "vae_scale_factor_temporal")}),
     "MochiPipeline": PipelineFacts(derived={"height": ("default_height",), "width": ("default_width",)}),
+    "HunyuanVideo15Pipeline": PipelineFacts(frames_form=True, size_call=(
+        "video_processor.calculate_default_height_width",
+        ("default_aspect_ratio[1]", "default_aspect_ratio[0]", "target_size"))),
 }
 
 
@@ -157,9 +162,18 @@ def check_folder(spec: FolderSpec, path: str | Path, name: str) -> dict[str, Any
 
 
 def _attr(obj: Any, path: str) -> Any:
-    for part in path.split("."):
+    """`a.b.c` or `a.b[i]` read from `obj` (configs are mappings); None where anything on the way is missing."""
+    m = re.fullmatch(r"([\w.]+?)(?:\[(\d+)\])?", path)
+    if m is None:
+        raise ValueError(f"bad attribute path {path!r}")
+    for part in m.group(1).split("."):
         obj = obj.get(part) if isinstance(obj, Mapping) else getattr(obj, part, None)
         if obj is None:
+            return None
+    if m.group(2) is not None:
+        try:
+            obj = obj[int(m.group(2))]
+        except (IndexError, KeyError, TypeError):
             return None
     return obj
 
@@ -254,6 +268,12 @@ class DiffusersVideoModel(VideoModel):
         if setting == "guidance" and "guidance_scale" not in self._params:
             g = _attr(self.pipe, "guider.guidance_scale")  # pipelines guided by a guider object (HunyuanVideo-1.5)
             return float(g) if isinstance(g, (int, float)) else None
+        if setting in ("height", "width") and self.facts.size_call is not None:
+            method, args = self.facts.size_call
+            fn, values = _attr(self.pipe, method), [_attr(self.pipe, a) for a in args]
+            if not callable(fn) or any(v is None for v in values):
+                return None
+            return int(fn(*values)[0 if setting == "height" else 1])
         paths = self.facts.derived.get(setting)
         if not paths:
             return None
