@@ -17,10 +17,14 @@
   from different commands could stop being bit-identical. On the 2-core CPU batching is not faster
   (2 seeds in one call took 2.0x one seed); on a GPU, --batch N trades that exactness for speed.
 * **Resumable.** A run is complete iff its meta.json exists (`runstore.is_complete`); complete
-  runs are skipped (the model is not even loaded when nothing is left to do). An incomplete run
-  directory (an interrupted attempt) is cleaned (`runstore.reset_run_dir`) and generated again. A
+  runs are skipped (the model is not even loaded when nothing is left to do). A run is written
+  into a fresh folder beside its own and swapped in once whole (`runstore.staged_dir`), so an
+  interrupted attempt leaves its run as it was: missing, or (--overwrite) the complete old run. A
   complete run made with different settings (steps, guidance, size, recipe contents) is an error
   rather than a silent skip: use another --out, or `overwrite=True` (--overwrite).
+* **Stopping.** Ctrl-C raises `errors.Interrupted` saying how many runs are complete (the same
+  command resumes); a refused command (a size the model cannot make, a full disk) leaves no folder
+  it created behind, and its claims are released.
 * **Concurrent commands.** Two `generate`s on one --out never make a run twice: each run is
   claimed (runstore.claim_run, an flock the kernel drops when the process dies, so a killed
   process leaves nothing stuck) from just before its model call until its files are written; a run
@@ -41,6 +45,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import importlib.resources
@@ -59,7 +64,7 @@ import numpy as np
 from . import __version__
 from . import data, distributed, runstore, vbench_suite, video_io
 from .devices import resolve_device
-from .errors import UserError
+from .errors import Interrupted, UserError, shorten_quotes
 from .recipes import Recipe, load_recipe
 
 if TYPE_CHECKING:
@@ -204,7 +209,7 @@ def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str 
             try:
                 out = [parse_prompt(p).prompt for p in prompts]
             except ValueError as e:
-                raise UserError(str(e)) from None
+                raise UserError(shorten_quotes(str(e))) from None
         else:
             out = [p.strip() for p in prompts]
             if any(not p for p in out):
@@ -218,7 +223,7 @@ def resolve_prompts(info: Any, prompts: Sequence[str] | None, prompts_file: str 
                 try:
                     out = read_prompts(path)
                 except ValueError as e:
-                    raise UserError(str(e)) from None
+                    raise UserError(shorten_quotes(str(e))) from None
             else:
                 out = read_plain_prompts(path)
         if not out:
@@ -291,14 +296,15 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     reg = _registry()
     for name in ("steps", "height", "width", "frames", "batch"):
         _positive(name, getattr(cfg, name))
-    if cfg.guidance is not None and not np.isfinite(cfg.guidance):
-        raise UserError(f"--guidance must be finite, got {cfg.guidance}")
+    if cfg.guidance is not None and not (np.isfinite(cfg.guidance) and cfg.guidance >= 0):
+        raise UserError(f"--guidance must be a finite number >= 0, got {cfg.guidance}")
     resolve_device(cfg.device)  # UserError unless auto, cpu, cuda or cuda:N
     folder = cfg.model is None and cfg.model_path is not None
     info = None if folder else reg.get_model_info(cfg.model or DEFAULT_MODEL)  # UserError naming the known models
     if cfg.model_path is not None:
-        if not Path(cfg.model_path).exists():
-            raise UserError(f"--model-path {cfg.model_path}: no such directory ("
+        if not Path(cfg.model_path).is_dir():
+            why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"
+            raise UserError(f"--model-path {cfg.model_path}: {why} ("
                             f"{info.name + ' loads' if info else 'pass'} a diffusers-format checkpoint folder from disk)")
         if folder:
             info = reg.folder_info(cfg.model_path)  # named after its pipeline class, with its __call__ defaults
@@ -446,14 +452,21 @@ def _capture_spec(cfg: GenerateConfig, run: Run):
 
 
 def write_run(run: Run, clip: np.ndarray, *, meta: dict) -> dict:
-    """Write one run's files (frames.npz, video.mp4, frames.png) atomically, then meta.json last.
-    Returns the meta written."""
+    """Write one run's files (frames.npz, video.mp4, frames.png), then meta.json last, into a folder
+    beside run.dir that then replaces it in one step. Returns the meta written."""
     t0 = time.perf_counter()
     u8 = video_io.to_uint8(clip)
-    run.dir.mkdir(parents=True, exist_ok=True)
-    video_io.write_frames_npz(u8, run.dir / "frames.npz")
-    video = video_io.write_mp4(u8, run.dir / "video.mp4", fps=meta.get("fps", FPS))
-    strip = video_io.write_frame_strip(u8, run.dir / "frames.png")
+    # built beside the run folder and swapped in whole: a complete run being regenerated
+    # (--overwrite) stays complete until the new one is
+    with runstore.staged_dir(run.dir) as d:
+        meta = _write_files(d, u8, meta, t0)
+    return meta
+
+
+def _write_files(d: Path, u8: np.ndarray, meta: dict, t0: float) -> dict:
+    video_io.write_frames_npz(u8, d / "frames.npz")
+    video = video_io.write_mp4(u8, d / "video.mp4", fps=meta.get("fps", FPS))
+    strip = video_io.write_frame_strip(u8, d / "frames.png")
     meta = dict(meta)
     meta["frames_sha256"] = video_io.frames_sha256(u8)
     meta["frames_shape"] = list(u8.shape)
@@ -465,7 +478,7 @@ def write_run(run: Run, clip: np.ndarray, *, meta: dict) -> dict:
     }
     meta["timings"] = {**meta.get("timings", {}), "write_s": round(time.perf_counter() - t0, 4)}
     meta["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    runstore.atomic_write_json(run.dir / runstore.META_NAME, _jsonable(meta))
+    runstore.atomic_write_json(d / runstore.META_NAME, _jsonable(meta))
     return meta
 
 
@@ -518,6 +531,38 @@ def generate(cfg: GenerateConfig, reporter: Reporter | None = None, *, model: An
 def _generate(cfg: GenerateConfig, rep: Reporter, model: Any, spec: "distributed.ShardSpec",
               cp_degree: int | None) -> dict:
     res = resolve(cfg)
+    out_existed = Path(cfg.out).exists()
+    try:
+        return _generate_grid(cfg, res, rep, model, spec, cp_degree)
+    except KeyboardInterrupt:
+        mine = [r for r in res.runs if r.status != "other-shard"]
+        done = sum(runstore.is_complete(r.dir) for r in mine)
+        _prune_empty(res.runs, cfg.out, out_existed)
+        raise Interrupted(f"{done} of {len(mine)} runs complete; run the same command to resume") from None
+    except BaseException:
+        _prune_empty(res.runs, cfg.out, out_existed)
+        raise
+
+
+def _prune_empty(runs: list[Run], out: str | os.PathLike, out_existed: bool) -> None:
+    """Remove the folders on the way to these runs that are empty (made for a run that was then
+    refused or failed; its claim is already released), and --out itself when this command made it."""
+    top = Path(out)
+    for run in runs:
+        d = run.dir
+        while d != top and top in d.parents:
+            try:
+                d.rmdir()  # only when empty
+            except OSError:
+                break
+            d = d.parent
+    if not out_existed:
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
+def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any, spec: "distributed.ShardSpec",
+                   cp_degree: int | None) -> dict:
     device = distributed.device_for(cfg.device, spec)
     load_s, loaded_early = 0.0, False
     if unsettled(res):  # a pipeline folder whose defaults its components give: load it to plan (and to skip)
@@ -552,6 +597,9 @@ def _generate(cfg: GenerateConfig, rep: Reporter, model: Any, spec: "distributed
         elif loaded_early:
             rep.loading(res.info.name)
             rep.loaded(res.info.name, load_s)
+        if hasattr(model, "resolve_settings"):  # the model's own limits (sizes it can make), before any folder
+            model.resolve_settings(steps=res.steps, guidance=res.guidance, height=res.height, width=res.width,
+                                   frames=res.frames)
         if cp_degree:
             from .models.context_parallel import enable_context_parallel
 
@@ -687,9 +735,8 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
                base_meta: dict, load_s: float, *, write: bool = True) -> None:
     recipe, prompt = chunk[0].recipe, chunk[0].prompt
     seeds = [r.seed for r in chunk]
-    if write:
-        for run in chunk:
-            runstore.reset_run_dir(run.dir)
+    # nothing is removed before the model call: write_run builds each run beside its folder and
+    # swaps it in, so an interrupted --overwrite keeps the complete run it was replacing
     rep.batch_started(recipe.name, prompt, seeds, res.steps)
     capture = _capture_spec(cfg, chunk[0])
     t0 = time.perf_counter()

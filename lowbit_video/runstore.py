@@ -11,23 +11,34 @@ Layout (shared/DESIGN.md)::
 * A run is **complete iff its meta.json exists** (and parses, and names files that exist).
   meta.json is written last, and every file is written atomically: to a temporary name in the same
   folder (".<name>.tmp-<pid>-<random><suffix>"), flushed and fsync'd, then `os.replace`d onto its
-  final name, and the folder fsync'd. A run killed at any point therefore either has a complete
-  meta.json or none; its leftover temporaries and outputs are removed by `reset_run_dir` before
-  the run is generated again.
+  final name, and the folder fsync'd.
+* A run is generated into a fresh folder beside its own (`staged_dir`, ".seed-<s>.tmp-..."), which
+  takes the run folder's place in one step once every file is in it; so regenerating a complete
+  run (--overwrite) keeps the old one until the new one is whole, and a run killed at any point is
+  either complete or as it was. Folders with temporary names are never runs (`iter_runs` skips
+  them); a killed attempt's folder is removed when the run is generated again (`reset_run_dir`
+  cleans a run folder written in place, as older versions did).
+* A write that fails for want of room (full disk, quota, file-size limit) is a one-line
+  `DiskFullError` naming the file, with its temporaries removed (disk_full.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
+import signal
 import socket
+import sys
 import unicodedata
 from pathlib import Path
 from typing import Any, Iterator
+
+from .disk_full import disk_errors, remove
 
 META_NAME = "meta.json"
 OUTPUT_NAMES = ("video.mp4", "frames.png", "frames.npz", META_NAME)
@@ -103,16 +114,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     file is fsync'd and renamed onto `path` (os.replace) and the folder fsync'd; on any exception,
     including KeyboardInterrupt, the temporary is removed and `path` is untouched."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     try:
-        yield tmp
-        if not tmp.is_file():
-            raise FileNotFoundError(f"{tmp}: nothing was written for {path}")
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        with disk_errors(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            if not tmp.is_file():
+                raise FileNotFoundError(f"{tmp}: nothing was written for {path}")
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -128,6 +140,86 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, allow_nan=False, sort_keys=False) + "\n").encode())
+
+
+@contextlib.contextmanager
+def staged_dir(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh folder beside `final` to build it in; on success the folder takes `final`'s place
+    in one step (`replace_dir`); on any exception, including KeyboardInterrupt, it is removed and
+    `final` is untouched. Call it holding the folder's claim: leftovers of earlier attempts (folders
+    with `final`'s temporary names) are removed first. A DiskFullError names the file under `final`."""
+    from .errors import DiskFullError
+
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove([p for p in final.parent.iterdir() if is_temp(p) and p.name.startswith(f".{final.name}{_TMP_MARK}")])
+    staged = temp_name(final)
+    try:
+        with disk_errors(final):
+            staged.mkdir()
+            yield staged
+            replace_dir(staged, final)
+    except DiskFullError as e:
+        remove([staged])
+        inside = Path(e.path)
+        shown = final / inside.relative_to(staged) if inside.is_relative_to(staged) else inside
+        raise DiskFullError(shown, e.reason) from None
+    except BaseException:
+        remove([staged])
+        raise
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the platform or the
+    filesystem cannot (the caller then renames twice)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # glibc < 2.28, musl
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(staged: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Put the folder `staged` at `final` in one step and remove what was there. Files of the old
+    `final` that are no run output or temporary (claims another process holds, a user's notes) are
+    carried over first, as hard links, so they never leave their path. Where the filesystem cannot
+    swap folders in one step, `final` is renamed away and `staged` renamed in with Ctrl-C held off."""
+    staged, final = Path(staged), Path(final)
+    if not final.exists():
+        os.rename(staged, final)
+        _fsync_dir(final.parent)
+        return
+    for p in final.iterdir():
+        if p.name in OUTPUT_NAMES or p.name in DERIVED_NAMES or is_temp(p) or (staged / p.name).exists():
+            continue
+        try:
+            os.link(p, staged / p.name, follow_symlinks=False)
+        except OSError:  # a folder, or a filesystem without hard links
+            os.rename(p, staged / p.name)
+    if _exchange(staged, final):
+        old = staged
+    else:
+        old = temp_name(final)
+        held = {signal.SIGINT, signal.SIGTERM}
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            os.rename(final, old)
+            os.rename(staged, final)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    _fsync_dir(final.parent)
+    remove([old])
 
 
 # ---------------------------------------------------------------------------------- run state
@@ -200,7 +292,10 @@ class Claim:
         if self._fd < 0:
             return
         with contextlib.suppress(OSError):
-            self.path.unlink()
+            # only while the path still names our file: a folder swapped in (`replace_dir`) carries
+            # the claim over as a link, and a file there that is not ours is another holder's
+            if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                self.path.unlink()
         os.close(self._fd)  # closing drops the lock
         self._fd = -1
 
@@ -220,9 +315,11 @@ def claim_run(run: str | os.PathLike, stage: str) -> Claim | None:
     import fcntl
 
     path = claim_path(run, stage)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with disk_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with disk_errors(path):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -235,9 +332,15 @@ def claim_run(run: str | os.PathLike, stage: str) -> Claim | None:
         if not same:  # released (unlinked) between our open and our lock: try the new file
             os.close(fd)
             continue
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-        return Claim(path, fd)
+        claim = Claim(path, fd)
+        try:
+            with disk_errors(path):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        except BaseException:
+            claim.release()  # no empty claim file left behind
+            raise
+        return claim
 
 
 def claim_holder(run: str | os.PathLike, stage: str) -> str:
@@ -287,7 +390,7 @@ def iter_runs(root: str | os.PathLike, damaged: list[tuple[Path, str]] | None = 
     (folder, reason) when a list is given."""
     root = Path(root)
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        dirnames[:] = sorted(d for d in dirnames if not is_temp(Path(d)))  # runs being built or replaced
         if META_NAME not in filenames:
             continue
         here = Path(dirpath)
@@ -330,6 +433,6 @@ def find_runs(paths, damaged: list[tuple[Path, str]] | None = None) -> list[Path
 __all__ = [
     "find_runs",
     "META_NAME", "OUTPUT_NAMES", "atomic_path", "atomic_write_bytes", "atomic_write_json", "component",
-    "Claim", "check_output", "claim_holder", "claim_run", "damage", "is_complete", "output_problem", "is_temp", "iter_runs", "prompt_slug", "read_meta", "reset_run_dir", "run_dir",
-    "safe_name", "temp_name",
+    "Claim", "check_output", "claim_holder", "claim_run", "damage", "is_complete", "output_problem", "is_temp", "iter_runs", "prompt_slug", "read_meta", "replace_dir", "reset_run_dir", "run_dir",
+    "safe_name", "staged_dir", "temp_name",
 ]

@@ -22,10 +22,14 @@ Every writer writes atomically: to a temporary name in the target's folder, fsyn
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import math
+import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Sequence
 
@@ -95,17 +99,31 @@ def write_mp4(frames: np.ndarray, path: str | Path, fps: int = 8, *, crf: int = 
     k = mp4_scale(H, W, min_side)
     big = np.ascontiguousarray(upscale(u8, k))
     path = Path(path)
+    # ffmpeg run here rather than through imageio_ffmpeg.write_frames, which never looks at ffmpeg's
+    # exit status: a full disk would leave a truncated mp4 under the final name, silently
+    cmd = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-f", "rawvideo", "-vcodec", "rawvideo", "-s", f"{W * k}x{H * k}",
+           "-pix_fmt", "rgb24", "-r", str(fps), "-i", "-", "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p",
+           "-v", "error", "-crf", str(crf), "-preset", "medium", "-f", "mp4"]
     with atomic_path(path) as tmp:
-        writer = imageio_ffmpeg.write_frames(
-            str(tmp), (W * k, H * k), fps=fps, codec="libx264", pix_fmt_in="rgb24", pix_fmt_out="yuv420p",
-            quality=None, macro_block_size=1, ffmpeg_log_level="error",
-            output_params=["-crf", str(crf), "-preset", "medium", "-f", "mp4"],
-        )
-        writer.send(None)  # start the generator
-        for frame in big:
-            writer.send(frame)
-        writer.close()
+        # its own session: a Ctrl-C at the terminal reaches this process only, which stops ffmpeg
+        # (subprocess.run kills it) and removes the temporary, rather than ffmpeg failing first
+        done = subprocess.run([*cmd, str(tmp)], input=big.tobytes(), capture_output=True, start_new_session=True)
+        if done.returncode != 0:
+            raise _ffmpeg_error(done, tmp)
     return {"fps": fps, "scale": k, "width": W * k, "height": H * k, "frames": T, "codec": "h264 (libx264, yuv420p)"}
+
+
+def _ffmpeg_error(done: subprocess.CompletedProcess, path: Path) -> OSError:
+    """The OSError of a failed ffmpeg: a lack of room keeps its errno (runstore.atomic_path makes it a
+    one-line error naming the file); anything else says ffmpeg's last line."""
+    text = done.stderr.decode("utf-8", "replace")
+    if done.returncode == -signal.SIGXFSZ:  # killed at the file-size limit (ulimit -f)
+        return OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(path))
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        if os.strerror(code) in text:
+            return OSError(code, os.strerror(code), str(path))
+    last = next((line for line in reversed(text.splitlines()) if line.strip()), "no message")
+    return OSError(f"ffmpeg failed writing {path} (exit status {done.returncode}): {last.strip()}")
 
 
 def read_mp4(path: str | Path, *, downscale: int = 1) -> np.ndarray:

@@ -168,11 +168,20 @@ def test_interrupted_write_is_not_complete_and_is_redone(fake, tmp_path, monkeyp
         gen.generate(cfg(tmp_path, recipes=["fp16"], prompts=PROMPTS[:1]))
     d0, d1 = (runstore.run_dir(tmp_path, "tiny-shapes", "fp16", PROMPTS[0], s) for s in (0, 1))
     assert runstore.is_complete(d0) and not runstore.is_complete(d1)
-    assert (d1 / "video.mp4").exists() and not (d1 / "meta.json").exists()
+    # the attempt was built beside the run folder and removed on Ctrl-C: nothing of it is left
+    assert not (d1.exists() and any(d1.iterdir())) and not [p for p in d1.parent.iterdir() if runstore.is_temp(p)]
+    # what a SIGKILL leaves instead: the half-built folder beside it, outputs of an older attempt in it
+    stale = runstore.temp_name(d1)
+    stale.mkdir(parents=True)
+    (stale / "video.mp4").write_bytes(b"partial")
+    d1.mkdir(exist_ok=True)
+    (d1 / "frames.npz").write_bytes(b"partial")
+    assert [p.name for p in runstore.iter_runs(tmp_path)] == ["seed-0"]
     monkeypatch.setattr(video_io, "write_frame_strip", real)
     res = gen.generate(cfg(tmp_path, recipes=["fp16"], prompts=PROMPTS[:1]))
     assert [r["status"] for r in res["runs"]] == ["skipped", "done"]
     assert runstore.is_complete(d1) and not [p for p in d1.iterdir() if runstore.is_temp(p)]
+    assert not [p for p in d1.parent.iterdir() if runstore.is_temp(p)]
     fresh = gen.generate(cfg(tmp_path / "fresh", recipes=["fp16"], prompts=PROMPTS[:1]))
     assert shas(fresh) == shas(res)  # the resumed run is the run a fresh command makes
 

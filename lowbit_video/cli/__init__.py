@@ -14,8 +14,10 @@ import typer
 
 from .. import __version__
 from . import ablate, adherence, bench, compare, diagnose, evaluate, generate, models, recipes, train_tiny
+from .common import OneLineErrors
 
 app = typer.Typer(
+    cls=OneLineErrors,
     help="4-bit and mixed-precision attention for video diffusion transformers: run recipes, "
     "inspect their numerics, score videos against paired FP16 runs.",
     no_args_is_help=True,

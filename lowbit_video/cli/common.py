@@ -6,19 +6,25 @@ Command modules import this one; it imports none of them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
+import math
+import os
 import shutil
 import sys
+import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from typer.core import TyperCommand, TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
-from ..errors import UserError
+from ..disk_full import disk_reason
+from ..errors import Interrupted, UserError, shorten_quotes
 from ..progress_lines import LineProgress
 
 # Tables must not be squeezed to 80 columns when stdout is a pipe or a CI log.
@@ -52,18 +58,131 @@ def report_broken(errors: list[str]) -> None:
         raise typer.Exit(2)
 
 
+# A path the system refuses (too long, not a folder on the way, no permission, gone): the user's to fix.
+_PATH_ERRORS = {errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EROFS,
+                errno.ENOENT}
+
+
+def _shown(path: Any, limit: int = 160) -> str:
+    text = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-limit // 4:]} ({len(text)} characters)"
+
+
 def user_errors(fn: Callable) -> Callable:
-    """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes)."""
+    """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes); so
+    too a write that failed for want of room anywhere (disk_full.py: the atomic writes already name
+    their file and remove their temporaries; this catches the rest) and a path the system refuses.
+    A caught Ctrl-C (Interrupted) is its one line and exit code 130, as for any interrupted command."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {one_line(str(e))}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except OSError as e:
+            why = disk_reason(e)
+            if why is not None:
+                print(f"error: cannot write {_shown(e.filename or 'a file')}: {why}", file=sys.stderr)
+            elif e.errno in _PATH_ERRORS and e.filename:
+                print(f"error: {_shown(e.filename)}: {e.strerror}", file=sys.stderr)
+            else:
+                raise
+            raise typer.Exit(2) from None
+        except Interrupted as e:
+            print(f"interrupted: {e}", file=sys.stderr)
+            raise typer.Exit(130) from None
 
     return wrapper
+
+
+def one_line(message: str) -> str:
+    """An error message as one short line: line breaks folded, long quoted values cut to an excerpt."""
+    return " ".join(shorten_quotes(message).split())
+
+
+class OneLineErrors(TyperGroup):
+    """The app's group: a command line click cannot parse (an unknown option, a value that is no
+    integer, a missing argument) is one `error: ...` line and exit code 2, like every other user
+    mistake, instead of typer's usage panel."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_errors():
+            return super().invoke(ctx)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:
+            guard_inputs(cmd)
+        return name, cmd, rest
+
+
+_TOO_LARGE = 2**63  # no count, size or seed of this CLI is this large; torch and numpy overflow past it
+
+
+def guard_inputs(cmd: Any) -> None:
+    """Refuse, on every option and argument of `cmd` (and of its subcommands), the values no command
+    can mean, as a one-line usage error before the command runs: an empty path (it would be the
+    working folder), text that is not valid UTF-8 (it cannot be printed or stored in JSON), a number
+    that is NaN or infinite, an integer past 2^63. Done here, for whatever options a command has."""
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        guard_inputs(sub)
+    for param in getattr(cmd, "params", []):
+        if getattr(param, "type_descriptor", None) is not None and not getattr(param, "_guarded", False):
+            _guard(param)
+
+
+def _guard(param: Any) -> None:
+    annotation = param.type_descriptor.annotation
+    kind = (typing.get_args(annotation) or (annotation,))[0] if typing.get_origin(annotation) in (list, tuple) else annotation
+    real = param.process_value
+
+    def process_value(ctx: Any, value: Any) -> Any:
+        for raw in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(raw, str):
+                why = _text_problem(raw, is_path=kind is Path or param.name.endswith(("_path", "_dir")))
+                if why:
+                    raise typer.BadParameter(why, ctx=ctx, param=param)
+        value = real(ctx, value)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise typer.BadParameter(f"{v} is not a finite number", ctx=ctx, param=param)
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _TOO_LARGE:
+                raise typer.BadParameter(f"{v} is too large (at most 2^63 - 1)", ctx=ctx, param=param)
+        return value
+
+    param.process_value = process_value
+    param._guarded = True
+
+
+def _text_problem(text: str, *, is_path: bool) -> str | None:
+    if is_path and not text:
+        return "empty path"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes the locale could not decode arrive as lone surrogates
+        bad = text[e.start]
+        byte = f" (byte 0x{ord(bad) - 0xDC00:02x})" if 0xDC80 <= ord(bad) <= 0xDCFF else ""
+        return f"not valid UTF-8{byte}"
+    return None
+
+
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except typer.TyperException as e:  # click's UsageError and friends (typer ships its own click)
+        if type(e).__name__ == "NoArgsIsHelpError":  # no arguments: the help was asked for
+            raise
+        ctx = getattr(e, "ctx", None)
+        where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        print(f"error: {one_line(e.format_message()).rstrip('.')}{where}", file=sys.stderr)
+        raise typer.Exit(e.exit_code) from None
 
 
 def print_json(obj: Any) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..errors import UserError
+from ..runstore import check_output
 from .common import JsonOpt, out, print_json, user_errors
 
 COVERAGE_COMMAND = "lowbit-video models --coverage --out results/models-coverage.md"
@@ -32,7 +34,11 @@ def models(as_json: bool = JsonOpt,
     prompt vocabulary of models with a closed grammar (tiny-shapes). Any diffusers text-to-video pipeline folder
     also runs with `generate --model-path DIR`. --families / --coverage: the diffusers video transformers a recipe
     reaches."""
+    if out_path is not None and not coverage:
+        raise UserError("--out writes the --coverage table: give --coverage too")
     if coverage:
+        if out_path is not None:
+            check_output(out_path, "--out", is_dir=False)  # before the two-minute run, not after it
         return _coverage(as_json, out_path)
     if families:
         return _families(as_json)

@@ -15,9 +15,10 @@ video+text attention in HunyuanVideo) of a chosen block and step saves, per prom
 * HunyuanVideo: the tokens are the video tokens followed by the prompt's valid (unpadded) text
   tokens; `video_tokens` / `text_tokens` in the index say where the split is.
 
-Files are written atomically (temporary file + rename) and index.json is rewritten atomically
-after every file, so an interrupted run leaves an index that lists only complete files. An
-existing index.json in the folder is extended (entries with the same file name are replaced).
+Files are written atomically (runstore.atomic_write_bytes: temporary file, fsync, rename; a full
+disk is a one-line error naming the file) and index.json is rewritten atomically after every
+file, so an interrupted run leaves an index that lists only complete files. An existing
+index.json in the folder is extended (entries with the same file name are replaced).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..runstore import atomic_write_bytes
 
 INDEX_NAME = "index.json"
 FORMAT_VERSION = 1
@@ -51,12 +54,6 @@ class CaptureSpec:
         if self.steps is not None and step not in {s if s >= 0 else num_steps + s for s in self.steps}:
             return False
         return True
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 class CaptureWriter:
@@ -98,7 +95,7 @@ class CaptureWriter:
 
         name = self.file_name(block, step, prompt, branch)
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in (("q", q), ("k", k), ("v", v))}
-        _atomic_write_bytes(self.dir / name, st_save(tensors, metadata={"format": "pt", "layout": "BNHD"}))
+        atomic_write_bytes(self.dir / name, st_save(tensors, metadata={"format": "pt", "layout": "BNHD"}))
         entry = {
             "file": name, "block": block, "step": step, "num_steps": num_steps, "prompt_index": prompt,
             "prompt": self.prompts[prompt] if prompt < len(self.prompts) else None,
@@ -118,7 +115,7 @@ class CaptureWriter:
         doc = {"format": FORMAT_VERSION, "layout": "BNHD", "tensors": ["q", "k", "v"],
                "note": "post-RoPE attention inputs before quantization; one file per (block, step, prompt)",
                "entries": entries}
-        _atomic_write_bytes(self.dir / INDEX_NAME, (json.dumps(doc, indent=1) + "\n").encode())
+        atomic_write_bytes(self.dir / INDEX_NAME, (json.dumps(doc, indent=1) + "\n").encode())
 
 
 def load_capture(path: str | os.PathLike) -> dict[str, torch.Tensor]:
