@@ -4,6 +4,11 @@
   `<out>/<model>/<recipe>/<prompt-slug>/seed-<s>/` (`runstore.run_dir`) with video.mp4 (H.264),
   frames.png (frame strip), frames.npz (exact uint8 frames: the lossless source for metrics) and
   meta.json (written last).
+* **Models.** `model` names a row of `lowbit-video models` (its checkpoint folder, `model_path`, is
+  checked to be that model's before anything is written); `model=None` with `model_path` runs any
+  diffusers text-to-video pipeline folder, filed under its pipeline class (models/pipeline.py) with the
+  pipeline's default settings. A pipeline that computes a size from its components is loaded before
+  the grid is planned, since the settings are part of what a complete run is compared on.
 * **Prompts.** `--prompt TEXT`, a prompts file, or VBench's standard suite (`--prompts vbench` or
   `vbench:<dimension>`, vbench_suite.py; each run's meta records its suite entry, so `evaluate`
   can score VBench's suite-only dimensions); `--prompt-limit N` keeps the first N.
