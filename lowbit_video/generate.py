@@ -4,6 +4,11 @@
   `<out>/<model>/<recipe>/<prompt-slug>/seed-<s>/` (`runstore.run_dir`) with video.mp4 (H.264),
   frames.png (frame strip), frames.npz (exact uint8 frames: the lossless source for metrics) and
   meta.json (written last).
+* **Models.** `model` names a row of `lowbit-video models` (its checkpoint folder, `model_path`, is
+  checked to be that model's before anything is written); `model=None` with `model_path` runs any
+  diffusers text-to-video pipeline folder, filed under its pipeline class (models/pipeline.py) with the
+  pipeline's default settings. A pipeline that computes a size from its components is loaded before
+  the grid is planned, since the settings are part of what a complete run is compared on.
 * **Prompts.** `--prompt TEXT`, a prompts file, or VBench's standard suite (`--prompts vbench` or
   `vbench:<dimension>`, vbench_suite.py; each run's meta records its suite entry, so `evaluate`
   can score VBench's suite-only dimensions); `--prompt-limit N` keeps the first N.
@@ -87,7 +92,7 @@ REQUEST_KEYS = ("model", "recipe", "prompt", "seed", "steps", "guidance", "heigh
 class GenerateConfig:
     """What `lowbit-video generate` was asked for (None: the model's default)."""
 
-    model: str = DEFAULT_MODEL
+    model: str | None = DEFAULT_MODEL            # None: the pipeline folder model_path (its class), else DEFAULT_MODEL
     recipes: Sequence[str] = DEFAULT_RECIPES
     prompts: Sequence[str] | None = None         # --prompt TEXT ...; None: read prompts_file
     prompts_file: str | None = None              # None: DEFAULT_PROMPTS; "vbench[:<dimension>]": VBench's suite
@@ -150,11 +155,12 @@ class Resolved:
     recipes: list[Recipe]
     prompts: list[str]
     seeds: list[int]
-    steps: int
-    guidance: float
-    height: int
-    width: int
-    frames: int
+    # None only until the model is loaded, for a pipeline folder whose pipeline computes them (settle_from_model)
+    steps: int | None
+    guidance: float | None
+    height: int | None
+    width: int | None
+    frames: int | None
     runs: list[Run] = field(default_factory=list)
     suite: dict[str, dict] = field(default_factory=dict)  # prompt -> its VBench suite entry (vbench_suite.py)
 
@@ -270,20 +276,45 @@ def _positive(name: str, value: Any) -> None:
         raise UserError(f"--{name} must be positive, got {value}")
 
 
+def _setting(kind: type, given: Any, default: Any) -> Any:
+    """The asked value, else the model's default; None when neither is known before loading (a pipeline
+    that computes it from its components)."""
+    value = default if given is None else given
+    return None if value is None else kind(value)
+
+
+def unsettled(res: Resolved) -> list[str]:
+    """The settings that only the loaded model can give (settle_from_model)."""
+    return [k for k in ("steps", "guidance", "height", "width", "frames") if getattr(res, k) is None]
+
+
+def settle_from_model(res: Resolved, model: Any) -> None:
+    """Fill the settings left None by the model's resolved ones (its UserError names what nothing gives)."""
+    s = model.resolve_settings(steps=res.steps, guidance=res.guidance, height=res.height, width=res.width,
+                               frames=res.frames)
+    for key in unsettled(res):
+        setattr(res, key, getattr(s, key))
+
+
 def resolve(cfg: GenerateConfig) -> Resolved:
     """Check everything that can be checked without loading the model; plan the grid."""
     reg = _registry()
-    info = reg.get_model_info(cfg.model)  # UserError naming the known models
     for name in ("steps", "height", "width", "frames", "batch"):
         _positive(name, getattr(cfg, name))
     if cfg.guidance is not None and not (np.isfinite(cfg.guidance) and cfg.guidance >= 0):
         raise UserError(f"--guidance must be a finite number >= 0, got {cfg.guidance}")
     resolve_device(cfg.device)  # UserError unless auto, cpu, cuda or cuda:N
+    folder = cfg.model is None and cfg.model_path is not None
+    info = None if folder else reg.get_model_info(cfg.model or DEFAULT_MODEL)  # UserError naming the known models
     if cfg.model_path is not None:
         if not Path(cfg.model_path).is_dir():
             why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"
-            raise UserError(f"--model-path {cfg.model_path}: {why} "
-                            f"({info.name} loads a diffusers-format checkpoint folder from disk)")
+            raise UserError(f"--model-path {cfg.model_path}: {why} ("
+                            f"{info.name + ' loads' if info else 'pass'} a diffusers-format checkpoint folder from disk)")
+        if folder:
+            info = reg.folder_info(cfg.model_path)  # named after its pipeline class, with its __call__ defaults
+        else:
+            reg.check_model_folder(info.name, cfg.model_path)  # a folder of another model: before anything is written
     elif getattr(info, "needs_path", False):
         raise UserError(f"model {info.name} has no shipped weights: pass --model-path DIR "
                         "(a diffusers-format checkpoint folder on disk)")
@@ -293,10 +324,10 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     seeds = resolve_seeds(cfg.seeds)
     res = Resolved(
         info=info, recipes=recipes, prompts=prompts, seeds=seeds, suite=suite,
-        steps=int(cfg.steps or info.default_steps),
-        guidance=float(info.default_guidance if cfg.guidance is None else cfg.guidance),
-        height=int(cfg.height or info.default_height), width=int(cfg.width or info.default_width),
-        frames=int(cfg.frames or info.default_frames),
+        steps=_setting(int, cfg.steps, info.default_steps),
+        guidance=_setting(float, cfg.guidance, info.default_guidance),
+        height=_setting(int, cfg.height, info.default_height), width=_setting(int, cfg.width, info.default_width),
+        frames=_setting(int, cfg.frames, info.default_frames),
     )
     res.runs = [Run(runstore.run_dir(cfg.out, info.name, r.name, p, s), info.name, r, p, s)
                 for r in recipes for p in prompts for s in seeds]
@@ -538,6 +569,11 @@ def _prune_empty(runs: list[Run], out: str | os.PathLike, out_existed: bool) -> 
 def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any, spec: "distributed.ShardSpec",
                    cp_degree: int | None) -> dict:
     device = distributed.device_for(cfg.device, spec)
+    load_s, loaded_early = 0.0, False
+    if unsettled(res):  # a pipeline folder whose defaults its components give: load it to plan (and to skip)
+        loaded_early = model is None
+        model, load_s = _load(model, res, cfg, device, Reporter())  # progress starts once the grid is planned
+        settle_from_model(res, model)
     # Context parallel: every rank runs every run (one shard); rank 0 writes.
     work_shard = distributed.ShardSpec() if cp_degree else spec
     writer = spec.is_main if cp_degree else True
@@ -561,12 +597,10 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
     rep.planned([r for r in res.runs if id(r) in mine], len(todo))
 
     if todo:
-        load_s = 0.0
         if model is None:
+            model, load_s = _load(model, res, cfg, device, rep)
+        elif loaded_early:
             rep.loading(res.info.name)
-            t0 = time.perf_counter()
-            model = _registry().load_model(res.info.name, path=cfg.model_path, device=device)
-            load_s = time.perf_counter() - t0
             rep.loaded(res.info.name, load_s)
         if hasattr(model, "resolve_settings"):  # the model's own limits (sizes it can make), before any folder
             model.resolve_settings(steps=res.steps, guidance=res.guidance, height=res.height, width=res.width,
@@ -580,7 +614,9 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
             "format": "lowbit-video run", "format_version": META_FORMAT,
             "model": {"name": res.info.name, "family": getattr(res.info, "family", None),
                       "path": str(Path(cfg.model_path).resolve()) if cfg.model_path else None,
-                      "weights": getattr(res.info, "weights", None), "describe": described},
+                      "weights": getattr(res.info, "weights", None),
+                      "pipeline": described.get("pipeline") if isinstance(described, dict) else None,
+                      "describe": described},
             "steps": res.steps, "guidance": res.guidance,
             "size": {"height": res.height, "width": res.width, "frames": res.frames}, "fps": cfg.fps,
             "device": device, "versions": versions(), "git_revision": git_revision(),
@@ -629,6 +665,20 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
             "missing": sum(r["status"] == "missing" for r in runs) if runs else None,
         })
     return out
+
+
+def _load(model: Any, res: Resolved, cfg: GenerateConfig, device: str, rep: Reporter) -> tuple[Any, float]:
+    """(the model, seconds it took to load); an already loaded `model` is returned as it is."""
+    if model is not None:
+        return model, 0.0
+    rep.loading(res.info.name)
+    t0 = time.perf_counter()
+    # a folder run without --model loads as its pipeline class (registry.load_model(None, ...))
+    name = None if cfg.model is None and cfg.model_path is not None else res.info.name
+    model = _registry().load_model(name, path=cfg.model_path, device=device)
+    load_s = time.perf_counter() - t0
+    rep.loaded(res.info.name, load_s)
+    return model, load_s
 
 
 def write_manifest(out_dir: str | os.PathLike, res: Resolved, spec: "distributed.ShardSpec") -> dict:

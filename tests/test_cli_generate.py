@@ -97,6 +97,9 @@ def test_models_lists_where_weights_come_from():
     assert by["wan2.1-t2v-14b"]["needs_path"]
     text = runner.invoke(app, ["models"]).stdout
     assert "tiny-shapes" in text and "wan2.1-t2v-14b" in text
+    flat = " ".join(text.split())  # the table wraps
+    assert "any diffusers text-to-video pipeline folder also runs: --model-path DIR without --model" in flat
+    assert "--model-path DIR without --model" in invoke_json("models")["pipeline_folders"]
 
 
 @pytest.mark.parametrize("args,needle", [

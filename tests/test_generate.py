@@ -74,6 +74,9 @@ class FakeRegistry:
             raise UserError(f"unknown model {name!r}; known models: {', '.join(self.infos)}")
         return self.infos[name]
 
+    def check_model_folder(self, name, path):
+        pass  # the real registry's checks of a folder are tested in test_models_registry.py
+
     def load_model(self, name, path=None, device="cpu", dtype=None):
         self.loads += 1
         self.devices.append(device)

@@ -20,7 +20,7 @@ from lowbit_video.models.base import cpu_noise  # noqa: E402
 from lowbit_video.models.registry import get_model_info, load_model  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import tiny_wan_pipeline  # noqa: E402
 from lowbit_video.models.tiny_shapes.sample import make_scheduler, sample  # noqa: E402
-from lowbit_video.models.wan import WanVideoModel  # noqa: E402
+from lowbit_video.models.pipeline import DiffusersVideoModel  # noqa: E402
 from lowbit_video.recipes import PrecisionPolicy, load_recipe  # noqa: E402
 
 SHAPES_PROMPT = "a red circle moving right on a black background"
@@ -118,8 +118,8 @@ def test_nesting_is_refused_with_one_line_and_the_outer_recipe_stays(shapes, wan
         assert "\n" not in msg and "'sage2-int8'" in msg and "do not nest" in msg
         assert _same_objects(inside, _processors(wan_pipe.transformer))
         # the harness goes through the same function: generate inside use_recipe is refused too
-        model = WanVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"),
-                              dtype=torch.float32)
+        model = DiffusersVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"),
+                                    dtype=torch.float32)
         with pytest.raises(UserError, match="do not nest"):
             model.generate([WAN_PROMPT], [0], recipe="fp16", steps=1, height=32, width=32, frames=9)
     tiny = shapes.model
@@ -165,7 +165,7 @@ def test_high_precision_steps_are_counted_per_step(wan_pipe):
 
 
 def test_wan_pipeline_frames_equal_generate(wan_pipe):
-    model = WanVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"), dtype=torch.float32)
+    model = DiffusersVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"), dtype=torch.float32)
     model.max_sequence_length = 16  # the tiny text encoder
     settings = dict(steps=2, guidance=5.0, height=32, width=32, frames=9)
     generated = model.generate([WAN_PROMPT], [0], recipe="sage2-int8", **settings)

@@ -11,6 +11,7 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 from lowbit_video.errors import UserError  # noqa: E402
+from lowbit_video.models.base import cpu_noise  # noqa: E402
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
 from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
@@ -64,10 +65,11 @@ def test_generate_shape_range_and_processors_removed_after(wan21):
 
 
 def test_fp16_recipe_is_bit_identical_to_the_plain_pipeline_with_the_same_noise(wan21):
-    s = wan21.resolve_settings(**SMALL)
+    # the paired noise of seed 5: float32 normal from a CPU generator seeded 5, in the latent's shape
+    # (16 channels, (9 - 1) / 4 + 1 latent frames, 32 / 8 pixels per side)
     ours = wan21.generate(["a red circle"], [5], recipe="fp16", guidance=5.0, **SMALL)
     plain = wan21.pipe(prompt="a red circle", height=32, width=32, num_frames=9, num_inference_steps=3,
-                       guidance_scale=5.0, latents=wan21.initial_latents(5, s), output_type="np",
+                       guidance_scale=5.0, latents=cpu_noise((1, 16, 3, 4, 4), 5), output_type="np",
                        max_sequence_length=16).frames
     assert np.array_equal(ours, np.clip(plain, 0, 1))
 
@@ -196,9 +198,14 @@ def test_a_folder_of_another_wan_model_is_refused_naming_the_config(folders):
 def test_ti2v_5b_expand_timesteps_and_16x_vae(folders):
     m = _load("wan2.2-ti2v-5b", folders["ti2v"])
     kw = dict(steps=2, height=64, width=64, frames=9)
-    s = m.resolve_settings(**kw)
-    assert m.latent_shape(s) == (1, 48, 3, 4, 4)
-    ref = m.generate(["a red circle"], [0], recipe="fp16", **kw)
+    shapes = []
+    h = m.pipe.transformer.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(
+        tuple(kwargs.get("hidden_states", args[0] if args else None).shape)), with_kwargs=True)
+    try:
+        ref = m.generate(["a red circle"], [0], recipe="fp16", **kw)
+    finally:
+        h.remove()
+    assert set(shapes) == {(1, 48, 3, 4, 4)}  # 48 latent channels, 4x temporal and 16x spatial VAE
     out = m.generate(["a red circle"], [0], recipe="mxattention", **kw)
     assert ref.shape == (1, 9, 64, 64, 3) and not np.array_equal(ref, out)
     assert m.last_run["quantized"] == 2 * 2 * 2  # steps x (cond + uncond) x blocks

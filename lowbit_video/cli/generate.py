@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 @user_errors
 def generate(
-    model: str = typer.Option("tiny-shapes", "--model", "-m", help="Model name (see `lowbit-video models`)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (see `lowbit-video models`; default: tiny-shapes, or with --model-path the folder's pipeline class). With --model-path, the folder must be a checkpoint of this model."),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", "-r", help="Recipe name or TOML path; several: --recipe fp16 mxattention (default: fp16)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file, one per line, '#' comments (default: prompts/smoke.txt); a shipped prompt set by name: smoke, shapes; or VBench's standard prompt suite: `vbench` (all dimensions) or `vbench:<dimension>`, e.g. vbench:color (needs the vbench package; each run records its prompt's VBench dimensions, so `evaluate` can score object_class, color, scene, ... in VBench's standard mode)."),
     prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
@@ -27,7 +27,7 @@ def generate(
     seeds: Optional[list[int]] = typer.Option(None, "--seeds", help="Seeds, e.g. --seeds 0 1 2 (default: 0). A seed gives the same initial noise under every recipe."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Denoising steps (default: the model's)."),
     out_dir: Path = typer.Option(Path("runs"), "--out", help="Output root: <out>/<model>/<recipe>/<prompt-slug>/seed-<s>/."),
-    model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (real models; offline)."),
+    model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (offline): of the --model named, or without --model any diffusers text-to-video pipeline folder (WanPipeline, CogVideoXPipeline, LTXPipeline, HunyuanVideoPipeline, ...), run with its pipeline's default settings."),
     height: Optional[int] = typer.Option(None, "--height", help="Frame height in pixels (default: the model's)."),
     width: Optional[int] = typer.Option(None, "--width", help="Frame width in pixels (default: the model's)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip (default: the model's)."),
@@ -95,7 +95,7 @@ def generate(
         _claimed_note(result)
         return
     if n <= 24:
-        table = Table(title=f"generate · {model} · {short_path(str(out_dir))}")
+        table = Table(title=f"generate · {result['runs'][0]['model']} · {short_path(str(out_dir))}")
         for col in ("recipe", "prompt", "seed", "status", "dir (under --out)"):
             table.add_column(col, overflow="fold")
         for r in result["runs"]:

@@ -31,8 +31,9 @@ def models(as_json: bool = JsonOpt,
            out_path: Path | None = typer.Option(None, "--out", help="With --coverage: also write the table as "
                                                 "markdown to this file (e.g. results/models-coverage.md).")) -> None:
     """List the models: name, family, where the weights come from, default steps and size; with --json also the
-    prompt vocabulary of models with a closed grammar (tiny-shapes). --families / --coverage: the diffusers video
-    transformers a recipe reaches."""
+    prompt vocabulary of models with a closed grammar (tiny-shapes). Any diffusers text-to-video pipeline folder
+    also runs with `generate --model-path DIR`. --families / --coverage: the diffusers video transformers a recipe
+    reaches."""
     if out_path is not None and not coverage:
         raise UserError("--out writes the --coverage table: give --coverage too")
     if coverage:
@@ -43,7 +44,7 @@ def models(as_json: bool = JsonOpt,
         return _families(as_json)
     from dataclasses import asdict
 
-    from ..models.registry import list_models
+    from ..models.registry import FOLDER_NOTE, list_models
     from ..models.tiny_shapes.grammar import vocabulary_by_role
 
     rows = [asdict(m) for m in list_models()]
@@ -51,12 +52,14 @@ def models(as_json: bool = JsonOpt,
         if m["family"] == "tiny-shapes":
             m["prompt_vocabulary"] = vocabulary_by_role()
     if as_json:
-        print_json({"models": rows})
+        print_json({"models": rows, "pipeline_folders": FOLDER_NOTE})
         return
     _print_table("models", ("name", "family", "weights", "steps", "size (frames x H x W)", "description"),
                  [(m["name"], m["family"], str(m["weights"]), str(m["default_steps"]),
                    f"{m['default_frames']} x {m['default_height']} x {m['default_width']}", m["description"])
                   for m in rows])
+    out.print(f"And {FOLDER_NOTE}; `lowbit-video models --families` lists the transformer families a recipe "
+              "reaches.", highlight=False, markup=False)
 
 
 def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -1,6 +1,7 @@
-"""The interface every model family implements (wan.py, hunyuan.py, tiny_shapes_adapter.py), and
-the helpers they share. registry.py lists the models and loads them; it imports the families, which
-import this module and never the registry, so the imports run one way: registry -> family -> base.
+"""The interface every model adapter implements (pipeline.py: every diffusers pipeline;
+tiny_shapes_adapter.py), and the helpers they share. registry.py lists the models and loads them; it
+imports the adapters, which import this module and never the registry, so the imports run one way:
+registry -> adapter -> base.
 
 * `VideoModel.generate` installs the recipe's attention hooks for the call through the public
   `use_recipe` (injection.py, attention_hook.py), tracks the denoising step on the scheduler (steps.py), optionally captures Q/K/V
@@ -27,15 +28,16 @@ from .steps import StepTracker
 @dataclass(frozen=True)
 class ModelInfo:
     name: str  # "tiny-shapes", "wan2.1-t2v-1.3b", ...
-    family: str  # "tiny-shapes" | "wan" | "hunyuanvideo"
+    family: str  # "tiny-shapes" | "wan" | "hunyuanvideo"; a folder's: its transformer's (families.py)
     description: str
     weights: str  # where the weights come from
     needs_path: bool
-    default_steps: int
-    default_guidance: float
-    default_height: int
-    default_width: int
-    default_frames: int
+    # None (a pipeline folder only): the pipeline computes it from its components; known once loaded
+    default_steps: int | None
+    default_guidance: float | None
+    default_height: int | None
+    default_width: int | None
+    default_frames: int | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +108,7 @@ class VideoModel(ABC):
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready description: model, classes, config essentials, blocks, device, dtype."""
+        from .families import block_lists
         from .injection import num_blocks, rope_segments
 
         out: dict[str, Any] = {"model": self.info.name, "family": self.info.family, "path": self.path,
@@ -117,8 +120,10 @@ class VideoModel(ABC):
             cfg = t.config
             experts[name] = {
                 "class": type(t).__name__, "num_blocks": num_blocks(t),
-                "num_attention_heads": int(cfg.num_attention_heads), "attention_head_dim": int(cfg.attention_head_dim),
-                "patch_size": _jsonable(getattr(cfg, "patch_size", None)), "in_channels": int(cfg.in_channels),
+                "blocks": {n: len(getattr(t, n)) for n in block_lists(t)},
+                "num_attention_heads": _int(cfg, "num_attention_heads"),
+                "attention_head_dim": _int(cfg, "attention_head_dim"),
+                "patch_size": _jsonable(getattr(cfg, "patch_size", None)), "in_channels": _int(cfg, "in_channels"),
                 "rope_segments": list(rope_segments(t) or ()),
             }
         out["transformers"] = experts
@@ -143,7 +148,7 @@ class VideoModel(ABC):
         self._check_settings(s)
         return s
 
-    # -- implemented by each model family (wan.py, hunyuan.py, tiny_shapes_adapter.py)
+    # -- implemented by each adapter (pipeline.py, tiny_shapes_adapter.py)
 
     @abstractmethod
     def _recipe_target(self) -> Any:
@@ -173,6 +178,12 @@ class VideoModel(ABC):
 
     def _describe_extra(self) -> dict[str, Any]:
         return {}
+
+
+def _int(cfg: Any, key: str) -> int | None:
+    """An integer of a transformer config, None where the family names it otherwise."""
+    v = getattr(cfg, key, None)
+    return int(v) if isinstance(v, int) else None
 
 
 def _jsonable(x: Any) -> Any:

@@ -9,9 +9,12 @@ tested offline in seconds. Nothing is downloaded.
     save_tiny_wan(dir, two_experts=True)    # like Wan2.2-T2V-A14B (transformer + transformer_2)
     save_tiny_wan(dir, ti2v=True)           # like Wan2.2-TI2V-5B (48-channel VAE 4x16x16, expand_timesteps)
     save_tiny_hunyuan(dir)                  # like HunyuanVideo (HunyuanVideoPipeline)
+    save_tiny_cogvideox(dir)                # like CogVideoX-2b (CogVideoXPipeline, T5 text encoder)
+    save_tiny_ltx(dir)                      # like LTX-Video (LTXPipeline, packed tokens, T5 text encoder)
 
 Sizes follow diffusers' own fast tests (tests/pipelines/wan/test_wan.py,
-tests/pipelines/hunyuan_video/test_hunyuan_video.py) except head_dim, which is 32 here (the MXFP4
+tests/pipelines/hunyuan_video/test_hunyuan_video.py, tests/pipelines/cogvideo/test_cogvideox.py,
+tests/pipelines/ltx/test_ltx.py) except head_dim, which is 32 here (the MXFP4
 block) so that quantized recipes run on them.
 """
 
@@ -28,6 +31,8 @@ WAN_LAYERS = 2
 # HunyuanVideo: rope_axes_dim must sum to head_dim.
 HUNYUAN_HEAD_DIM = 32
 HUNYUAN_ROPE_AXES = (8, 12, 12)
+# The other families: head_dim 32 (the MXFP4 block).
+HEAD_DIM = 32
 
 _WORDS = (
     "a an the red green blue yellow white black purple orange circle square triangle star cat dog bird "
@@ -163,6 +168,78 @@ def save_tiny_hunyuan(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
-__all__ = ["save_tiny_hunyuan", "save_tiny_wan", "tiny_hunyuan_pipeline", "tiny_hunyuan_transformer_config",
+def _tiny_t5(seed: int):
+    """A word-level tokenizer and a 2-layer T5 encoder over its vocabulary (d_model 16)."""
+    from transformers import T5Config, T5EncoderModel
+
+    tokenizer, vocab = word_tokenizer()
+    torch.manual_seed(seed)
+    encoder = T5EncoderModel(T5Config(vocab_size=vocab, d_model=16, d_ff=37, d_kv=8, num_heads=2, num_layers=2,
+                                      feed_forward_proj="relu", pad_token_id=0, eos_token_id=1,
+                                      decoder_start_token_id=0))
+    return tokenizer, encoder
+
+
+# CogVideoXPipeline leaves height, width and frames to the transformer config (sample_height x the VAE's 8,
+# sample_frames): 32 x 32 pixels, 9 frames here. Its prompts are padded to 226 tokens (the pipeline's default
+# max_sequence_length), which the text positional embedding must cover.
+COGVIDEOX_SAMPLE = dict(sample_height=4, sample_width=4, sample_frames=9)
+
+
+def tiny_cogvideox_pipeline(*, seed: int = 0):
+    """A CogVideoXPipeline with tiny random components (in memory)."""
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline, CogVideoXTransformer3DModel
+
+    tokenizer, text_encoder = _tiny_t5(seed)
+    torch.manual_seed(seed)
+    transformer = CogVideoXTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=HEAD_DIM, in_channels=4, out_channels=4, time_embed_dim=4,
+        text_embed_dim=16, num_layers=2, patch_size=2, temporal_compression_ratio=4, max_text_seq_length=226,
+        **COGVIDEOX_SAMPLE)
+    vae = AutoencoderKLCogVideoX(in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
+                                 up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+                                 latent_channels=4, layers_per_block=1, norm_num_groups=2,
+                                 temporal_compression_ratio=4)
+    return _inference_mode(CogVideoXPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae,
+                                             transformer=transformer, scheduler=CogVideoXDDIMScheduler()))
+
+
+def tiny_ltx_pipeline(*, seed: int = 0):
+    """An LTXPipeline with tiny random components (in memory): VAE 4x4x4 (two scaling stages), patch 1."""
+    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline, LTXVideoTransformer3DModel
+
+    tokenizer, text_encoder = _tiny_t5(seed)
+    torch.manual_seed(seed)
+    transformer = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1,
+                                             num_attention_heads=2, attention_head_dim=HEAD_DIM,
+                                             cross_attention_dim=2 * HEAD_DIM, num_layers=2, caption_channels=16)
+    vae = AutoencoderKLLTXVideo(in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+                                decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+                                decoder_layers_per_block=(1, 1, 1, 1, 1),
+                                spatio_temporal_scaling=(True, True, False, False),
+                                decoder_spatio_temporal_scaling=(True, True, False, False),
+                                decoder_inject_noise=(False,) * 5, upsample_residual=(False,) * 4,
+                                upsample_factor=(1,) * 4, timestep_conditioning=False, patch_size=1, patch_size_t=1,
+                                encoder_causal=True, decoder_causal=False)
+    return _inference_mode(LTXPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae,
+                                       transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler()))
+
+
+def save_tiny_cogvideox(path: str | Path, *, seed: int = 0) -> Path:
+    """Write a tiny CogVideoXPipeline checkpoint folder (diffusers format) to `path`; returns it."""
+    path = Path(path)
+    tiny_cogvideox_pipeline(seed=seed).save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def save_tiny_ltx(path: str | Path, *, seed: int = 0) -> Path:
+    """Write a tiny LTXPipeline checkpoint folder (diffusers format) to `path`; returns it."""
+    path = Path(path)
+    tiny_ltx_pipeline(seed=seed).save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+__all__ = ["save_tiny_cogvideox", "save_tiny_hunyuan", "save_tiny_ltx", "save_tiny_wan", "tiny_cogvideox_pipeline",
+           "tiny_hunyuan_pipeline", "tiny_hunyuan_transformer_config", "tiny_ltx_pipeline",
            "tiny_wan_pipeline", "tiny_wan_transformer_config",
            "word_tokenizer"]
