@@ -64,7 +64,8 @@ def _hunyuan15_inputs(g, device, dtype):
     mask = torch.zeros(1, 256, device=device)
     mask[:, :180] = 1  # a prompt of 180 tokens padded to 256
     return dict(hidden_states=_randn(g, 1, 65, 31, 30, 53, device=device, dtype=dtype),
-                timestep=torch.tensor([500.0], device=device),
+                # in the model's dtype, as its pipeline passes it (the time embedding casts to the timestep's dtype)
+                timestep=torch.tensor([500.0], device=device, dtype=dtype),
                 encoder_hidden_states=_randn(g, 1, 256, 3584, device=device, dtype=dtype),
                 encoder_attention_mask=mask,
                 encoder_hidden_states_2=_randn(g, 1, 256, 1472, device=device, dtype=dtype),
