@@ -77,8 +77,10 @@ def padding_plan(cache: dict, mask: torch.Tensor | None, batch: int, n_keys: int
     it is there, and the caller empties it at each forward). None without a mask. UnsupportedMask as key_padding."""
     if mask is None:
         return None
-    # a flex-attention BlockMask is no tensor and has no version counter (it is refused below anyway)
-    key = (id(mask), getattr(mask, "_version", 0), batch, n_keys, None if text is None else (text.start, text.stop))
+    # a flex-attention BlockMask has no version counter (it is refused below anyway), nor has a tensor made under
+    # torch.inference_mode (which also cannot be changed in place outside that mode)
+    version = mask._version if isinstance(mask, torch.Tensor) and not mask.is_inference() else 0
+    key = (id(mask), version, batch, n_keys, None if text is None else (text.start, text.stop))
     hit = cache.get(key)
     if hit is None:
         try:
