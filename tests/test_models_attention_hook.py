@@ -255,6 +255,26 @@ def test_the_padding_mask_is_read_on_the_host_once_per_forward(hunyuan, monkeypa
     assert len(reads) == 2  # one per forward
 
 
+def test_a_query_and_key_padding_mask_is_read_in_slabs_and_under_inference_mode():
+    # HunyuanVideo-1.5 pads queries and keys alike: m[q, k] = valid[q] & valid[k]. Checked a slab of query rows at
+    # a time (the whole N x N comparison does not fit at video lengths), also on masks made under inference_mode.
+    from lowbit_video.models import masks
+
+    valid = torch.tensor([[True] * 5 + [False] * 3])
+    m = (valid[:, :, None] & valid[:, None, :])[:, None]  # (1, 1, 8, 8)
+    with torch.inference_mode():
+        im = m.clone()
+        plan = masks.padding_plan({}, im, 1, 8, None)
+    assert torch.equal(masks.key_padding(m, 1, 8), valid)
+    assert masks._pads_queries_and_keys(m[:, 0], valid, rows=3)
+    broken = m.clone()
+    broken[0, 0, 7, 0] = True  # a padded query row that sees a key: not a padding mask
+    assert not masks._pads_queries_and_keys(broken[:, 0], broken[:, 0].any(dim=1), rows=3)
+    assert not plan.all_valid and [int(r[3]) for r in plan.rows] == [0]
+    (rows, keep, pad, n_text, kept_video), = plan.rows
+    assert keep.tolist() == [0, 1, 2, 3, 4] and pad.tolist() == [5, 6, 7] and kept_video == 5
+
+
 def test_rows_of_one_prompt_length_are_one_call_per_module(hunyuan, monkeypatch):
     # Both rows padded alike: one recipe call per attention module for the whole batch, equal per row to the
     # batch of one (batch rows are independent).

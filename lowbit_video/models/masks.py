@@ -36,12 +36,22 @@ def key_padding(mask: torch.Tensor | None, batch: int, n_keys: int) -> torch.Ten
         raise UnsupportedMask(f"mask of shape {tuple(mask.shape)}")
     if m.dim() == 4 and m.shape[1] == 1 and m.shape[2] == n_keys:
         valid = m[:, 0].any(dim=1)  # (B, Nk): the keys some query attends to
-        if bool((m[:, 0] == (valid[:, :, None] & valid[:, None, :])).all()):
+        if _pads_queries_and_keys(m[:, 0], valid):
             return valid.expand(batch, n_keys)
     m = m.reshape(m.shape[0], -1, n_keys)
     if m.shape[1] > 1 and not bool((m == m[:, :1]).all()):
         raise UnsupportedMask("mask varies across queries or heads")
     return m[:, 0].expand(batch, n_keys)
+
+
+def _pads_queries_and_keys(m: torch.Tensor, valid: torch.Tensor, rows: int = 2048) -> bool:
+    """Whether m[b, q, k] == valid[b, q] & valid[b, k] everywhere, compared a slab of query rows at a time: at video
+    lengths (HunyuanVideo-1.5 480p: 49,800 tokens) the whole comparison would be several N x N temporaries."""
+    for start in range(0, m.shape[1], rows):
+        stop = min(start + rows, m.shape[1])
+        if not bool((m[:, start:stop] == (valid[:, start:stop, None] & valid[:, None, :])).all()):
+            return False
+    return True
 
 
 class PaddingPlan:
