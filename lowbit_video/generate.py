@@ -305,7 +305,8 @@ def resolve(cfg: GenerateConfig) -> Resolved:
         raise UserError(f"--guidance must be a finite number >= 0, got {cfg.guidance}")
     resolve_device(cfg.device)  # UserError unless auto, cpu, cuda or cuda:N
     folder = cfg.model is None and cfg.model_path is not None
-    info = None if folder else reg.get_model_info(cfg.model or DEFAULT_MODEL)  # UserError naming the known models
+    # UserError naming the known models (also for an empty --model)
+    info = None if folder else reg.get_model_info(DEFAULT_MODEL if cfg.model is None else cfg.model)
     if cfg.model_path is not None:
         if not Path(cfg.model_path).is_dir():
             why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"

@@ -81,7 +81,7 @@ def test_data_folders_hold_no_code(repo, top):
 
 
 # Checks of the repository as a whole, named after what they check rather than after one module.
-WHOLE_REPO_TESTS = {"test_packaging", "test_import_graph"}
+WHOLE_REPO_TESTS = {"test_packaging", "test_import_graph", "test_readme"}
 
 
 def _module_stems(repo: Path) -> set[str]:
