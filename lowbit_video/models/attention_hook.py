@@ -51,7 +51,7 @@ from diffusers.hooks.hooks import ModelHook
 from torch.overrides import TorchFunctionMode
 
 from ..attention import VideoGeometry, attend
-from ..errors import ShapeError, UserError
+from ..errors import ShapeError, UserError, inference_only
 from ..kernels import dispatch
 from .injection_context import InjectionContext, dense_recipe
 from .masks import UnsupportedMask, key_padding, padding_plan
@@ -302,7 +302,7 @@ class RecipeAttentionHook(ModelHook):
                           return_lse=True)
 
         def backward_op(*args, **kwargs):
-            raise NotImplementedError("lowbit-video attention is inference-only (no backward)")
+            raise inference_only("context-parallel attention under a recipe")
 
         return _templated_context_parallel_attention(query, key, value, None, 0.0, False, scale, False, False,
                                                      forward_op=forward_op, backward_op=backward_op,
