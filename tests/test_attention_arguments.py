@@ -4,7 +4,6 @@ floating dtype (torch SDPA's rule), and one device."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

@@ -4,7 +4,6 @@ The real shipped model is exercised end to end in test_cli_generate.py."""
 
 import dataclasses
 import json
-import types
 
 import numpy as np
 import pytest

@@ -14,7 +14,6 @@ from diffusers.models.transformers.transformer_wan import WanAttnProcessor  # no
 
 from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.injection import attention_modules, recipe_hooks, use_recipe  # noqa: E402
-from lowbit_video.models.attention_hook import HOOK_NAME  # noqa: E402
 from lowbit_video.models.masks import UnsupportedMask, key_padding  # noqa: E402
 from lowbit_video.models.steps import StepTracker  # noqa: E402
 from lowbit_video.models.tiny_checkpoints import (tiny_hunyuan_transformer_config,  # noqa: E402
