@@ -274,6 +274,98 @@ def test_a_query_and_key_padding_mask_is_read_in_slabs_and_under_inference_mode(
     assert keep.tolist() == [0, 1, 2, 3, 4] and pad.tolist() == [5, 6, 7] and kept_video == 5
 
 
+def test_a_mask_made_in_every_call_is_not_kept_alive_by_the_plan_cache():
+    # HunyuanVideo-1.5 builds its query-and-key mask inside every processor call (2.4 GB each at 480p): the cache
+    # must not hold 54 of them for the forward, and a plan must not answer for a new mask that reuses a freed id.
+    import gc
+    import weakref
+
+    from lowbit_video.models import masks
+
+    cache = {}
+    valid = torch.tensor([[True] * 5 + [False] * 3])
+    first = (valid[:, :, None] & valid[:, None, :])[:, None]
+    plan = masks.padding_plan(cache, first, 1, 8, None)
+    assert masks.padding_plan(cache, first, 1, 8, None) is plan  # the same object: read once
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None
+    other = torch.ones(1, 1, 8, 8, dtype=torch.bool)  # may be given the freed id
+    assert masks.padding_plan(cache, other, 1, 8, None).all_valid and len(cache) == 1
+
+
+def _chunk_causal(frame_of: torch.Tensor, real: int):
+    """A FAR-style BlockMask: a query sees the keys of its frame chunk and earlier ones; the padding (past `real`)
+    sees nothing."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(b, h, q, k):
+        return (frame_of[q] >= frame_of[k]) & (q < real) & (k < real)
+
+    n = frame_of.shape[0]
+    return create_block_mask(mask_mod, None, None, n, n, device="cpu", _compile=False)
+
+
+def test_a_block_causal_block_mask_is_groups_of_queries_each_with_a_key_prefix():
+    from lowbit_video.models import masks
+
+    frame_of = torch.tensor([0] * 100 + [1] * 60 + [2] * 40 + [0] * 56)  # 200 real tokens in 3 chunks, 56 padding
+    plan = masks.query_groups(_chunk_causal(frame_of, 200), 256, 256, torch.device("cpu"), rows=64)
+    # hand-worked: chunk c's queries attend to every key of chunks 0..c; the padding rows to none
+    assert [(g[0].tolist(), g[1].tolist()) for g in plan.groups] == [
+        (list(range(0, 100)), list(range(0, 100))),
+        (list(range(100, 160)), list(range(0, 160))),
+        (list(range(160, 200)), list(range(0, 200)))]
+    assert plan.empty.tolist() == list(range(200, 256))
+
+
+def test_a_block_mask_with_too_many_key_sets_or_per_head_is_refused():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from lowbit_video.models import masks
+
+    causal = create_block_mask(lambda b, h, q, k: q >= k, None, None, 256, 256, device="cpu", _compile=False)
+    with pytest.raises(UnsupportedMask, match="distinct key sets"):  # token-causal: a key set per query
+        masks.query_groups(causal, 256, 256, torch.device("cpu"))
+    per_head = create_block_mask(lambda b, h, q, k: q >= k, None, 2, 256, 256, device="cpu", _compile=False)
+    with pytest.raises(UnsupportedMask, match="per batch row or head"):
+        masks.query_groups(per_head, 256, 256, torch.device("cpu"))
+
+
+def test_a_block_causal_block_mask_under_a_recipe_equals_flex_attention_per_group(wan, monkeypatch):
+    # The hook's grouped calls under the fp16-exact dense path: what flex attention gives with the mask (the padded
+    # rows zero); under mxattention each group is one recipe call on that group's queries and keys.
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from lowbit_video.models import attention_hook
+
+    frame_of = torch.tensor([0] * 64 + [1] * 64 + [0] * 128)
+    mask = _chunk_causal(frame_of, 128)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 256, 2, 32, generator=g) for _ in range(3))  # BNHD
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask).transpose(1, 2)
+    t, _ = wan
+    seen = []
+
+    def dense(q_, k_, v_, *args, **kwargs):  # exact attention in place of the recipe: the grouping alone is tested
+        seen.append((q_.shape[1], k_.shape[1]))
+        return torch.nn.functional.scaled_dot_product_attention(q_.transpose(1, 2), k_.transpose(1, 2),
+                                                                v_.transpose(1, 2)).transpose(1, 2)
+
+    monkeypatch.setattr(attention_hook, "attend", dense)
+    with use_recipe(t, _with_policy("mxattention")) as handle:
+        hook = next(h for h in handle.hooks.values() if h.attention_type == "self")
+        hook.quant_self = True
+        with torch.no_grad():
+            out = hook._attention(q, k, v, mask, scale=None, parallel_config=None, backend=None,
+                                  original=lambda: None, refuse=None)
+    assert seen == [(64, 64), (64, 128)] and handle.calls["quantized"] == 1
+    assert torch.allclose(out, ref, atol=1e-5) and not out[:, 128:].any()
+
+
 def test_rows_of_one_prompt_length_are_one_call_per_module(hunyuan, monkeypatch):
     # Both rows padded alike: one recipe call per attention module for the whole batch, equal per row to the
     # batch of one (batch rows are independent).

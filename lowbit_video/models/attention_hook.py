@@ -24,6 +24,9 @@ model. Quantized -> `lowbit_video.attention.attend(q, k, v, recipe, layout="BNHD
 A call the quantized path cannot express (a mask that is not a key-padding mask, causal, dropout, grouped-query
 heads, a head_dim the recipe's blocks do not divide) runs diffusers' call and is counted as "fallback".
 
+Block masks (AnyFlow's FAR transformer passes flex attention a block-causal BlockMask over frame chunks): the
+queries split into groups attending to one key set each (masks.query_groups), one recipe call per group.
+
 Padding masks (HunyuanVideo pads the prompt and masks the padded text keys): `attend` takes no mask, so per
 batch row the valid tokens attend to the valid keys under the recipe and the padded rows (whose outputs reach
 only other padded rows) attend to the valid keys in dense 16-bit math, which is what the masked kernel gives
@@ -54,7 +57,7 @@ from ..attention import VideoGeometry, attend
 from ..errors import ShapeError, UserError, inference_only
 from ..kernels import dispatch
 from .injection_context import InjectionContext, dense_recipe
-from .masks import UnsupportedMask, key_padding, padding_plan
+from .masks import QueryGroupPlan, UnsupportedMask, key_padding, padding_plan
 
 HOOK_NAME = "lowbit_video.recipe_attention"
 HOOK_ATTRIBUTE = "_lowbit_video_recipe_hook"  # where a dispatch-route module holds its hook
@@ -248,7 +251,11 @@ class RecipeAttentionHook(ModelHook):
         if quant and refuse is None:
             text = self._text_slice(key.shape[1], text_tokens) if text_tokens else None
             try:
-                plan = padding_plan(ctx.mask_plans, attn_mask, query.shape[0], key.shape[1], text)
+                plan = padding_plan(ctx.mask_plans, attn_mask, query.shape[0], key.shape[1], text,
+                                    n_queries=query.shape[1], device=query.device)
+                if isinstance(plan, QueryGroupPlan) and (ctx.dispatch.geometry or text_tokens):
+                    raise UnsupportedMask("a BlockMask splits the video grid the draft layout or the joint text "
+                                          "needs whole")
             except UnsupportedMask as e:
                 ctx.warn_once("mask", f"attention mask is not a key-padding mask ({e}); those calls run unquantized")
                 self._count(kind, "fallback", f"a mask that is not key padding ({e})")
@@ -316,6 +323,12 @@ class RecipeAttentionHook(ModelHook):
         rows with the same valid keys, the valid tokens attend to the valid keys under the recipe and the padded
         rows (whose outputs reach only other padded rows) attend to them in dense 16-bit math, which is what the
         masked kernel gives them. Gathers by the plan's device indices: no host synchronisation."""
+        if isinstance(plan, QueryGroupPlan):  # each group of queries against its keys; no key: zeros, as flex
+            out = torch.zeros_like(q)
+            for rows, keys in plan.groups:
+                out[:, rows] = self._attend(q[:, rows], k[:, keys], v[:, keys], attention_type=attention_type,
+                                            text_tokens=0, scale=scale)
+            return out
         if plan is None or plan.all_valid:
             return self._attend(q, k, v, attention_type=attention_type, text_tokens=text_tokens, scale=scale)
         same_tokens = q.shape[1] == k.shape[1]

@@ -16,6 +16,7 @@ import traceback
 from typing import Any
 
 import torch
+import torch.nn.attention.flex_attention as flex
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
@@ -41,7 +42,8 @@ class _CountSDPA(TorchFunctionMode):
 
 
 def count_attention_calls(model: torch.nn.Module, inputs: dict[str, Any]) -> tuple[Any, list[str]]:
-    """(output, ["self" | "cross" per attention call]) of one untouched forward."""
+    """(output, ["self" | "cross" per attention call]) of one untouched forward: torch's SDPA calls, and flex
+    attention's (diffusers' flex backend calls it through its module, where it is wrapped for the forward)."""
     seen: list[str] = []
     handles, modes = [], {}
     for site in families.attention_sites(model):
@@ -52,10 +54,20 @@ def count_attention_calls(model: torch.nn.Module, inputs: dict[str, Any]) -> tup
             modes.pop(id(mod)).__exit__(None, None, None)
 
         handles += [site.module.register_forward_pre_hook(pre), site.module.register_forward_hook(post)]
+    flex_fn = flex.flex_attention
+
+    def counted_flex(query, key, *args, **kwargs):
+        if modes:
+            site = modes[next(reversed(modes))].site
+            seen.append("cross" if site.cross or query.shape[-2] != key.shape[-2] else "self")
+        return flex_fn(query, key, *args, **kwargs)
+
+    flex.flex_attention = counted_flex
     try:
         with torch.no_grad():
             out = model(**inputs)
     finally:
+        flex.flex_attention = flex_fn
         for h in handles:
             h.remove()
     return out, seen
@@ -157,7 +169,8 @@ def coverage_markdown(rows: list[dict[str, Any]], command: str, recipes=RECIPES)
              f"Command: `{command}`", "",
              f"diffusers {diffusers.__version__}, torch {torch.__version__}, CPU, tiny random-weight instances "
              "(lowbit_video/models/tiny_video_cases.py). A recipe is supported on a class when, through "
-             "`use_recipe`, every attention call of the forward (counted independently from torch's SDPA calls) "
+             "`use_recipe`, every attention call of the forward (counted independently from torch's SDPA and flex "
+             "attention calls) "
              "was counted, the self/joint calls quantized and cross-attention kept in 16 bit (the recipes' default "
              "policy), the output changed and stayed finite, and the forward after removal was bit-identical to the "
              "untouched model.", "",
@@ -181,7 +194,8 @@ def coverage_markdown(rows: list[dict[str, Any]], command: str, recipes=RECIPES)
         lines.append(f"| {row['class']} | {family} | {'%d/%d' % (calls['self'], calls['cross']) if calls else '—'} | "
                      + " | ".join(cells) + f" | {draft_support(row)} | {row.get('route', '')} | {note} |")
     lines += ["", "q / h / f: calls quantized / kept in 16 bit by the policy / run by diffusers' kernel because the "
-              "quantized path cannot express them (a mask other than key padding, causal, grouped-query heads).", ""]
+              "quantized path cannot express them (a mask other than key padding or a few query groups, causal, "
+              "grouped-query heads).", ""]
     return "\n".join(lines)
 
 

@@ -1,7 +1,11 @@
 """Attention masks the quantized path can express: key padding (a subset of the keys, the same for every query
-and head). Anything else makes the call run the model's own kernel (attention_hook.py)."""
+and head), and flex attention's BlockMasks that are the same for every batch row and head and split the queries
+into a few groups, each attending to one set of keys (block-causal frame chunks: AnyFlow's FAR transformer).
+Anything else makes the call run the model's own kernel (attention_hook.py)."""
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -22,7 +26,7 @@ def key_padding(mask: torch.Tensor | None, batch: int, n_keys: int) -> torch.Ten
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
-        raise UnsupportedMask(f"a {type(mask).__name__} mask")  # flex attention's BlockMask
+        raise UnsupportedMask(f"a {type(mask).__name__} mask that is not key padding")  # see query_groups
     m = mask
     if m.dtype != torch.bool:
         if m.is_floating_point():
@@ -80,27 +84,88 @@ class PaddingPlan:
             self.rows.append((torch.tensor(rows, device=dev), keep.to(dev), pad.to(dev), n_text, kept_video))
 
 
+MAX_QUERY_GROUPS = 64  # beyond this many key sets, one recipe call per group costs more than it is worth
+
+
+class QueryGroupPlan:
+    """A flex-attention BlockMask as groups of queries that attend to one set of keys each: `groups` holds
+    (query indices, key indices) device tensors; `empty` the queries that attend to no key (flex attention gives
+    them a zero output). A block-causal mask over k frame chunks is k groups, each a key prefix."""
+
+    def __init__(self, groups: list[tuple[torch.Tensor, torch.Tensor]], empty: torch.Tensor) -> None:
+        self.groups, self.empty = groups, empty
+
+
+def query_groups(mask, n_queries: int, n_keys: int, device: torch.device, rows: int = 2048) -> QueryGroupPlan:
+    """QueryGroupPlan of a BlockMask (the same for every batch row and head) at n_queries x n_keys. Its mask_mod
+    is evaluated a slab of query rows at a time on `device`; consecutive rows of a slab with the same keys form a
+    segment, and segments with the same keys one group. Raises UnsupportedMask for a mask per batch row or head, a size
+    other than the call's, or more than MAX_QUERY_GROUPS key sets."""
+    if tuple(mask.shape[:2]) != (1, 1):
+        raise UnsupportedMask(f"a BlockMask per batch row or head (shape {tuple(mask.shape)})")
+    if tuple(mask.seq_lengths) != (n_queries, n_keys):
+        raise UnsupportedMask(f"a BlockMask of {tuple(mask.seq_lengths)} for {n_queries} x {n_keys} tokens")
+    zero = torch.zeros((), dtype=torch.int64, device=device)
+    kv = torch.arange(n_keys, device=device)
+    keys: dict[bytes, int] = {}  # a group's key set -> its index in `found`
+    found: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+    for start in range(0, n_queries, rows):
+        q = torch.arange(start, min(start + rows, n_queries), device=device)
+        m = mask.mask_mod(zero, zero, q[:, None], kv[None, :]).expand(q.shape[0], n_keys).bool()
+        first = torch.ones(q.shape[0], dtype=torch.bool, device=device)  # a slab starts a segment
+        first[1:] = (m[1:] != m[:-1]).any(dim=1)
+        starts = first.nonzero().squeeze(1).tolist() + [q.shape[0]]
+        for a, b in zip(starts[:-1], starts[1:]):
+            row = m[a]
+            key = row.cpu().numpy().tobytes()
+            if key not in keys:
+                if len(keys) == MAX_QUERY_GROUPS:
+                    raise UnsupportedMask(f"a BlockMask with more than {MAX_QUERY_GROUPS} distinct key sets")
+                keys[key] = len(found)
+                found.append(([], row.nonzero().squeeze(1)))
+            found[keys[key]][0].append(q[a:b])
+    groups, empty = [], torch.zeros(0, dtype=torch.int64, device=device)
+    for parts, kept in found:
+        qs = torch.cat(parts)
+        if kept.numel():
+            groups.append((qs, kept))
+        else:
+            empty = qs
+    return QueryGroupPlan(groups, empty)
+
+
 def padding_plan(cache: dict, mask: torch.Tensor | None, batch: int, n_keys: int,
-                 text: slice | None) -> PaddingPlan | None:
-    """`PaddingPlan` of a key-padding mask, cached in `cache` by the mask tensor (a model passes one mask object to
-    every block of a forward; the cache holds a reference, so the object cannot be freed and its id reused while
-    it is there, and the caller empties it at each forward). None without a mask. UnsupportedMask as key_padding."""
+                 text: slice | None, n_queries: int | None = None,
+                 device: torch.device | None = None) -> PaddingPlan | QueryGroupPlan | None:
+    """`PaddingPlan` of a key-padding mask, cached in `cache` by the mask object: a model that passes one mask to
+    every block of a forward (HunyuanVideo) has it read once. The cache holds a weak reference, so a model that
+    builds a new mask in every call (HunyuanVideo-1.5: 2.4 GB at 480p) frees each after its call, and an entry
+    whose mask is gone never answers for a new object given the same id; the caller empties it at each forward.
+    None without a mask. A BlockMask (which has no tensor form) gives a QueryGroupPlan for n_queries queries on
+    `device`. UnsupportedMask as key_padding."""
     if mask is None:
         return None
-    # a flex-attention BlockMask has no version counter (it is refused below anyway), nor has a tensor made under
-    # torch.inference_mode (which also cannot be changed in place outside that mode)
+    # a flex-attention BlockMask has no version counter, nor has a tensor made under torch.inference_mode (which
+    # also cannot be changed in place outside that mode)
     version = mask._version if isinstance(mask, torch.Tensor) and not mask.is_inference() else 0
-    key = (id(mask), version, batch, n_keys, None if text is None else (text.start, text.stop))
+    key = (id(mask), version, batch, n_queries, n_keys, None if text is None else (text.start, text.stop))
     hit = cache.get(key)
-    if hit is None:
+    if hit is None or hit[0]() is not mask:
         try:
-            found: PaddingPlan | UnsupportedMask = PaddingPlan(key_padding(mask, batch, n_keys), n_keys, text)
+            found: PaddingPlan | QueryGroupPlan | UnsupportedMask
+            if not isinstance(mask, torch.Tensor) and hasattr(mask, "mask_mod") and n_queries is not None:
+                found = query_groups(mask, n_queries, n_keys, device)
+            else:
+                found = PaddingPlan(key_padding(mask, batch, n_keys), n_keys, text)
         except UnsupportedMask as e:
             found = e
-        hit = cache[key] = (mask, found)
+        for dead in [k for k, (ref, _) in cache.items() if ref() is None]:
+            del cache[dead]
+        hit = cache[key] = (weakref.ref(mask), found)
     if isinstance(hit[1], UnsupportedMask):
         raise hit[1]
     return hit[1]
 
 
-__all__ = ["PaddingPlan", "UnsupportedMask", "key_padding", "padding_plan"]
+__all__ = ["MAX_QUERY_GROUPS", "PaddingPlan", "QueryGroupPlan", "UnsupportedMask", "key_padding", "padding_plan",
+           "query_groups"]
