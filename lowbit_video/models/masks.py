@@ -51,11 +51,11 @@ def key_padding(mask: torch.Tensor | None, batch: int, n_keys: int) -> torch.Ten
 def _pads_queries_and_keys(m: torch.Tensor, valid: torch.Tensor, rows: int = 2048) -> bool:
     """Whether m[b, q, k] == valid[b, q] & valid[b, k] everywhere, compared a slab of query rows at a time: at video
     lengths (HunyuanVideo-1.5 480p: 49,800 tokens) the whole comparison would be several N x N temporaries."""
-    for start in range(0, m.shape[1], rows):
+    same = torch.ones((), dtype=torch.bool, device=m.device)
+    for start in range(0, m.shape[1], rows):  # one host synchronisation at the end, not one per slab
         stop = min(start + rows, m.shape[1])
-        if not bool((m[:, start:stop] == (valid[:, start:stop, None] & valid[:, None, :])).all()):
-            return False
-    return True
+        same &= (m[:, start:stop] == (valid[:, start:stop, None] & valid[:, None, :])).all()
+    return bool(same)
 
 
 class PaddingPlan:
