@@ -1,4 +1,4 @@
-"""The recipe's attention hooks under torch.compile (fullgraph=True): a block of a model whose processors call
+"""The recipe's attention hooks under torch.compile (fullgraph=True) and CUDA-graph capture: a block of a model whose processors call
 `dispatch_attention_fn` (LTX-Video) and of one whose processors call SDPA themselves (CogVideoX) trace without a
 graph break into one recipe-op call, and the compiled block equals the eager one. CPU (AOTAutograd over the CPU
 path) and, on a GPU, Inductor over the kernels in bf16."""
@@ -100,3 +100,34 @@ def test_gpu_block_compiles_with_inductor_over_the_kernels(family, recipe):
     assert torch.equal(aot, eager)
     rel = ((inductor.float() - eager.float()).norm() / eager.float().norm()).item()
     assert rel < 2e-2 and handle.calls["engine"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention"])
+@pytest.mark.parametrize("family", ["ltx", "cogvideox"])
+def test_gpu_cuda_graph_of_a_block_replays_to_the_eager_output(family, recipe):
+    """A block under the hooks captured into a CUDA graph (no host sync may happen inside) and replayed on new
+    inputs copied into the captured ones: bit-equal to eager on those inputs (the same kernels, the same data)."""
+    (name, model, inputs), = [m for m in _models(64, "cuda", torch.bfloat16) if m[0] == family]
+    with torch.no_grad(), use_recipe(model, recipe, tracker=StepTracker()) as handle:
+        block, args, kwargs = _block_inputs(model, inputs)
+        args, kwargs = list(args), dict(kwargs)
+        if args:  # the graph reads its inputs from fixed addresses: copies to refill
+            hidden = args[0] = args[0].clone()
+        else:
+            hidden = kwargs["hidden_states"] = kwargs["hidden_states"].clone()
+        new_hidden = torch.randn_like(hidden)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up outside the capture (kernel compilation)
+            block(*args, **kwargs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = _first(block(*args, **kwargs))
+        hidden.copy_(new_hidden)
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = captured.clone()
+        eager = _first(block(*args, **kwargs))
+    assert torch.equal(replayed, eager) and handle.calls["engine"] == 0
