@@ -1,7 +1,7 @@
-"""The recipe's attention hooks under torch.compile (fullgraph=True) and CUDA-graph capture: a block of a model whose processors call
-`dispatch_attention_fn` (LTX-Video) and of one whose processors call SDPA themselves (CogVideoX) trace without a
-graph break into one recipe-op call, and the compiled block equals the eager one. CPU (AOTAutograd over the CPU
-path) and, on a GPU, Inductor over the kernels in bf16."""
+"""The recipe's attention hooks under torch.compile (fullgraph=True) and CUDA-graph capture: a block of a model
+whose processors call `dispatch_attention_fn` (LTX-Video) and of one whose processors call SDPA themselves
+(CogVideoX) trace without a graph break into one recipe-op call, and the compiled block equals the eager one. CPU
+(AOTAutograd over the CPU path) and, on a GPU, Inductor over the kernels in bf16 and a captured CUDA graph."""
 
 import pytest
 import torch
