@@ -67,9 +67,9 @@ def leftovers(root: Path) -> list[str]:
     return bad
 
 
-def fill_disk(monkeypatch, name: str, module=runstore):
+def fill_disk(monkeypatch, name: str, module=runstore, ctrl_c: bool = False):
     """Writes through `module`'s open() of a file whose name contains `name` write half their data
-    and then fail as on a full disk (ENOSPC). Returns the list of failed paths."""
+    and then fail as on a full disk (ENOSPC), or as if Ctrl-C came then. Returns the list of failed paths."""
     real, failed = builtins.open, []
 
     class Filling:
@@ -79,6 +79,8 @@ def fill_disk(monkeypatch, name: str, module=runstore):
         def write(self, data):
             self.f.write(data[: len(data) // 2])
             failed.append(self.path)
+            if ctrl_c:
+                raise KeyboardInterrupt
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
 
         def __getattr__(self, a):
@@ -172,6 +174,26 @@ def test_evaluate_on_a_full_disk(scored, monkeypatch):
     line = one_line(res, 2)
     assert line.startswith("error: cannot write ") and line.endswith("metrics.json: no space left on the disk")
     assert leftovers(scored) == [] and not list(scored.rglob("metrics.json"))
+
+
+def test_ctrl_c_in_evaluate_is_one_line_and_leaves_no_half_written_scores(scored, monkeypatch):
+    fill_disk(monkeypatch, "metrics.json", ctrl_c=True)
+    res = invoke("evaluate", scored, "--metrics", "psnr")
+    assert one_line(res, 130, "interrupted: ").startswith("interrupted: stopped by Ctrl-C before the end;")
+    assert leftovers(scored) == [] and not list(scored.rglob("metrics.json"))
+
+
+def test_ctrl_c_in_ablate_is_one_line_and_leaves_no_half_written_table(tmp_path, monkeypatch):
+    import lowbit_video.ablate.rowsum as rowsum
+    from test_ablate_rowsum import _captures
+
+    caps = _captures(tmp_path)
+    monkeypatch.setattr(rowsum, "ensure_captures", lambda r, cap, rep=None: caps)
+    fill_disk(monkeypatch, "rowsum.json", ctrl_c=True)
+    res = invoke("ablate", "rowsum", "--steps", "2", "--out", tmp_path / "out", "--quiet")
+    assert one_line(res, 130, "interrupted: ").startswith("interrupted: stopped by Ctrl-C before the end;")
+    assert not (tmp_path / "out" / "rowsum.json").exists()
+    assert [p for p in (tmp_path / "out").iterdir() if runstore.is_temp(p)] == []
 
 
 @pytest.mark.parametrize("what", ["--out", "--plots"])

@@ -72,7 +72,7 @@ def user_errors(fn: Callable) -> Callable:
     """Report UserError as one line on stderr with exit code 2 (no traceback for user mistakes); so
     too a write that failed for want of room anywhere (disk_full.py: the atomic writes already name
     their file and remove their temporaries; this catches the rest) and a path the system refuses.
-    A caught Ctrl-C (Interrupted) is its one line and exit code 130, as for any interrupted command."""
+    Ctrl-C is one line and exit code 130, as for any interrupted command (Interrupted: the command's own line)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -92,6 +92,10 @@ def user_errors(fn: Callable) -> Callable:
             raise typer.Exit(2) from None
         except Interrupted as e:
             print(f"interrupted: {e}", file=sys.stderr)
+            raise typer.Exit(130) from None
+        except KeyboardInterrupt:  # a command with nothing more precise to say (generate says what is complete)
+            print("interrupted: stopped by Ctrl-C before the end; results are written whole or not at all, so "
+                  "the same command finishes the work", file=sys.stderr)
             raise typer.Exit(130) from None
 
     return wrapper
