@@ -11,7 +11,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
