@@ -5,11 +5,11 @@ float32, so away from quantization boundaries it agrees with the engine to about
 of P̃ (or, for NVFP4/INT/FP8 quantizers, of x / scale) that lies within that distance of a rounding boundary
 of its format may land one grid step away. Such flips are rare (about 1e-6 of the elements) but each moves a
 whole output row by up to a step of P̂ times |V|. So the checks are: the relative L2 error of the whole output
-at most 1e-4, at least 99 % of the rows within 1e-5 · max|V| of the engine, and no row further than one P̂ grid
-step (at most half the row's largest weight) times 2·max|V|.
+at most 1e-3, at least 99 % of the rows within 1e-5 · max|V| of the engine, and no row further than one P̂ grid
+step (at most half the row's largest weight) times 2·max|V|. Without a flip the error is about 1e-6 relative;
+1e-3 leaves room for one flipped row in the 1800 rows of `outlier_qkv` (sage-nvfp4 and the non-orthogonal
+rotation control rotateattention-half-unconstrained each flip one: 7e-5 and 3e-4 relative).
 """
-
-import math
 
 import pytest
 import torch
@@ -161,15 +161,22 @@ def test_draft_recipes_match_the_engine(recipe, geometry):
 # ------------------------------------------------------------------------------- dispatch
 
 def test_attend_uses_the_cpu_path_on_cpu_and_the_engine_on_request():
+    # The engine computes in float64 whatever the input dtype: on float64 inputs it is the oracle itself. The CPU
+    # path rounds in float32, so on float64 inputs it lands near the engine, never on it: that tells the paths apart.
     q, k, v = outlier_qkv(b=1, h=2, nq=64, nk=200)
-    spec = load_recipe("mxattention").attention
-    fast_out, _ = cpu_attention(q, k, v, spec)
-    engine_out, _ = reference_attention(q, k, v, spec, measure_errors=False)
-    assert torch.equal(attend(q, k, v, "mxattention"), fast_out.to(q.dtype))
-    assert torch.equal(attend(q, k, v, "mxattention", backend="cpu"), fast_out.to(q.dtype))
-    assert torch.equal(attend(q, k, v, "mxattention", backend="reference"), engine_out.to(q.dtype))
-    out, diag = attend(q, k, v, "mxattention", return_diagnostics=True)  # diagnostics: always the engine
-    assert torch.equal(out, engine_out.to(q.dtype)) and diag is not None
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    engine = attend(q64, k64, v64, "mxattention", backend="reference")
+    assert engine.dtype == torch.float64
+    for backend in ("auto", "cpu"):
+        out = attend(q, k, v, "mxattention", backend=backend)
+        assert out.dtype == torch.float32
+        assert_close_to_engine(out, engine, v)
+        out64 = attend(q64, k64, v64, "mxattention", backend=backend)
+        assert_close_to_engine(out64, engine, v)
+        assert not torch.equal(out64, engine)
+    assert torch.equal(attend(q, k, v, "mxattention", backend="reference"), engine.to(torch.float32))
+    out, diag = attend(q64, k64, v64, "mxattention", return_diagnostics=True)  # diagnostics: always the engine
+    assert torch.equal(out, engine) and diag is not None
 
 
 def test_attend_returns_the_cpu_path_lse_in_both_layouts():
@@ -183,14 +190,17 @@ def test_attend_returns_the_cpu_path_lse_in_both_layouts():
 
 
 def test_attend_draft_uses_the_cpu_path():
+    # As above, with the draft engine: float64 inputs tell the float32 CPU path from the float64 engine.
     geometry = VideoGeometry(2, 16, 16, 0)
     g = torch.Generator().manual_seed(4)
-    q, k, v = (torch.randn(1, 2, geometry.tokens, 64, generator=g) for _ in range(3))
-    spec = load_recipe("draftattention2").attention.draft
-    want = cpu_draft_attention(q, k, v, spec, geometry)[0].to(q.dtype)
-    assert torch.equal(attend(q, k, v, "draftattention2", geometry=geometry), want)
-    engine, _ = draft_attention(q, k, v, spec, geometry)
-    assert torch.equal(attend(q, k, v, "draftattention2", geometry=geometry, backend="reference"), engine.to(q.dtype))
+    q, k, v = (torch.randn(1, 2, geometry.tokens, 64, generator=g, dtype=torch.float64) for _ in range(3))
+    engine = attend(q, k, v, "draftattention2", geometry=geometry, backend="reference")
+    out = attend(q, k, v, "draftattention2", geometry=geometry)
+    assert_close_to_engine(out, engine, v)
+    assert not torch.equal(out, engine)
+    out32 = attend(*(t.float() for t in (q, k, v)), "draftattention2", geometry=geometry)
+    assert out32.dtype == torch.float32
+    assert_close_to_engine(out32, engine, v)
 
 
 def test_a_heads_numbers_do_not_depend_on_the_other_heads_in_the_call():

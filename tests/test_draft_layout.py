@@ -72,7 +72,7 @@ def test_pack_then_unpack_is_identity_with_full_blocks(geometry, block):
     layout = pack_layout(geometry, block)
     per_frame = math.ceil(geometry.frame_tokens / block)
     assert layout.regions == geometry.frames * per_frame
-    x = torch.randn(2, 3, geometry.video_tokens, 5, dtype=torch.float64)
+    x = torch.randn(2, 3, geometry.video_tokens, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     packed = layout.pack(x)
     assert packed.shape == (2, 3, layout.regions * block, 5)  # whole B-token blocks
     assert torch.equal(layout.unpack(packed), x)

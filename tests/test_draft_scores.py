@@ -62,9 +62,10 @@ def test_draft_map_matches_hand_computation(w):
 def test_draft_through_attend_ignores_prefix_tokens():
     # Prefix tokens (text) are outside the draft: junk there must not move the scores.
     q, k = tiny_qk()
-    junk = torch.randn(1, 1, 5, 2, dtype=torch.float64) * 100
+    g = torch.Generator().manual_seed(0)
+    junk = torch.randn(1, 1, 5, 2, generator=g, dtype=torch.float64) * 100
     q, k = torch.cat([junk, q], dim=2), torch.cat([junk, k], dim=2)
-    v = torch.randn_like(q)
+    v = torch.randn(q.shape, generator=g, dtype=q.dtype)
     recipe = recipe_from_dict({"name": "t", "attention": {"kind": "draft", "draft": {"maxpool_weight": 0.25, "sparsity": 0.5}}})
     _, diag = attend(q, k, v, recipe, scale=0.5, geometry=VideoGeometry(1, 8, 16, prefix=5), return_diagnostics=True)
     expected = torch.tensor(hand_draft(0.5, 0.25), dtype=torch.float64)

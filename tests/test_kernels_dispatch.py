@@ -113,7 +113,7 @@ def test_a_named_recipe_is_read_once(monkeypatch):
     scans = []
     real_scan = recipes.available_recipes
     monkeypatch.setattr(recipes, "available_recipes", lambda: scans.append(1) or real_scan())
-    q = torch.randn(1, 2, 16, 32)
+    q = torch.randn(1, 2, 16, 32, generator=torch.Generator().manual_seed(0))
     attend(q, q, q, "sage2-int8")
     first = (len(reads), len(scans))
     assert first[0] >= 1 and first[1] == 1
@@ -138,7 +138,7 @@ def test_nan_inputs_raise_on_cpu_for_every_path():
     from lowbit_video.attention import VideoGeometry, attend
     from lowbit_video.errors import NonFiniteInputError
 
-    q = torch.randn(1, 2, 64, 64)
+    q = torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(0))
     bad = q.clone()
     bad[0, 1, 3, 5] = float("inf")
     for recipe, kw in (("fp16", {}), ("mxattention", {}), ("draftattention2", {"geometry": VideoGeometry(1, 8, 8)})):
@@ -155,7 +155,7 @@ def test_the_kernel_path_does_not_check_inputs(monkeypatch):
     ran = []
     monkeypatch.setattr(dispatch, "kernel_runs", lambda spec, q, k, geometry=None, return_lse=False: True)
     monkeypatch.setattr(dispatch, "run_kernel", lambda spec, q, k, v, **kw: ran.append(spec) or torch.zeros_like(q))
-    q = torch.randn(1, 2, 16, 32)
+    q = torch.randn(1, 2, 16, 32, generator=torch.Generator().manual_seed(0))
     q[0, 0, 0, 0] = float("nan")
     assert torch.equal(attend(q, q, q, "sage2-int8"), torch.zeros_like(q)) and len(ran) == 1
     with pytest.raises(NonFiniteInputError):
@@ -165,14 +165,56 @@ def test_the_kernel_path_does_not_check_inputs(monkeypatch):
 # ------------------------------------------------------------------------------------------ settings
 
 
-def test_defaults_are_the_measured_ones_and_overrides_apply():
-    mx = merged_config("mx", 128, None)
-    assert (mx["PIPE"], mx["NUM_STAGES"], mx["BLOCK_M"], mx["num_warps"]) == (True, 4, 128, 8)
-    sage = merged_config("sage", 128, None)
-    assert (sage["PIPE"], sage["BLOCK_M"], sage["num_warps"]) == (False, 64, 4)
-    assert mx["GLUON"] is True and sage["GLUON"] is True  # the Gluon kernel where it applies
-    over = merged_config("mx", 128, {"PIPE": False, "NUM_STAGES": 3})
-    assert over["PIPE"] is False and over["NUM_STAGES"] == 3 and over["BLOCK_M"] == 128
+def _launch_configs():
+    """(recipe, head_dim, variant, config): what each kernel asks the table for when no setting is passed, for every
+    recipe a kernel runs and every head_dim the kernels take (launch.py and draft.py ask exactly so)."""
+    for name in dispatch.kernel_recipes():
+        spec = load_recipe(name).attention
+        variant = dispatch.variant_of(spec).name
+        for head_dim in dispatch.HEAD_DIMS:
+            if spec.kind == "draft":
+                yield name, head_dim, variant, spec, dispatch.draft_config(None, head_dim)
+            else:
+                yield name, head_dim, variant, spec, merged_config(variant, head_dim, None, spec.placement)
+
+
+def test_default_launch_configs_keep_the_kernels_rules():
+    """Properties of the measured defaults, not their values (a retune changes those): every recipe a kernel runs
+    has a launch config at every head_dim the kernels take; passing a value of it back as a setting (`bench kernels
+    --config KEY=VALUE`) runs the same config; the values lie in the ranges the settings state; the INT4 / NVFP4
+    query tile is the recipe's Q-smoothing group (one q mean per program); none asks for what launch.py says does
+    not fit in shared memory."""
+    seen = set()
+    for name, head_dim, variant, spec, cfg in _launch_configs():
+        seen.add((name, head_dim))
+        where = f"{name} at head_dim {head_dim}: {cfg}"
+        if spec.kind == "draft":
+            asked_of, triton_only = dispatch.draft_config, ("num_warps",)
+        else:
+            asked_of = lambda config, d: merged_config(variant, d, config, spec.placement)  # noqa: E731
+            triton_only = dispatch.TRITON_ONLY
+        for key, value in cfg.items():
+            if value is None or (key in triton_only and cfg.get("GLUON")):
+                continue  # None: decided at launch; a Triton-only setting asks for the Triton kernel (by design)
+            assert asked_of({key: value}, head_dim) == cfg, f"{key}={value!r}, {where}"
+        if spec.kind == "draft":
+            continue
+        assert cfg["BLOCK_M"] in (16, 32, 64, 128, 256) and cfg["num_warps"] in (1, 2, 4, 8, 16), where
+        assert 1 <= cfg["NUM_STAGES"] <= 8, where
+        if cfg.get("GLUON"):
+            assert dispatch.BY_NAME[variant].gluon and cfg["NUM_STAGES"] >= 2, where
+        if spec.smooth_q and variant in ("int4", "nvfp4"):
+            assert cfg["BLOCK_M"] == spec.smooth_q_group, where
+        assert not (variant == "int4" and spec.smooth_q and head_dim > 64 and cfg.get("DS") == "fused"), where
+    assert {(n, d) for n in SHIPPED for d in (64, 128)} <= seen
+
+
+def test_overrides_apply_and_leave_the_other_defaults():
+    base = merged_config("mx", 128, None)
+    stages = 3 if base["NUM_STAGES"] != 3 else 5
+    over = merged_config("mx", 128, {"PIPE": not base["PIPE"], "NUM_STAGES": stages})
+    assert over["PIPE"] is (not base["PIPE"]) and over["NUM_STAGES"] == stages
+    assert over["BLOCK_M"] == base["BLOCK_M"] and over["num_warps"] == base["num_warps"]
 
 
 @pytest.mark.parametrize("config,msg", [({"num_stages": 3}, "unknown kernel config key 'num_stages'"),
@@ -261,48 +303,48 @@ def test_bench_markdown_says_which_kernel_ran():
 def test_gluon_needs_a_hopper_gpu():
     """The Gluon kernel's code is sm_90's and the CPU interpreter cannot run Gluon: on CPU tensors the Triton
     kernel runs whatever the config says."""
-    cfg = merged_config("sage", 128, None)
+    cfg = merged_config("sage", 128, {"GLUON": True})
     assert cfg["GLUON"] is True and dispatch.gluon_runs(cfg, False, True, torch.device("cpu")) is False
     assert dispatch.gluon_runs(merged_config("sage", 128, {"GLUON": False}), False, True, torch.device("cpu")) is False
 
 
 def test_gluon_config_is_refused_where_it_does_not_apply():
-    """GLUON is on by default for sage2-int8, the MXFP4 and the INT4 recipes; a setting only the Triton kernel has
-    selects the Triton kernel, and asking for both is refused rather than one of them silently ignored."""
+    """GLUON exists for sage2-int8, the MXFP4 and the INT4 recipes; a setting only the Triton kernel has selects the
+    Triton kernel, and asking for both is refused rather than one of them silently ignored."""
     with pytest.raises(ValueError, match="GLUON .* sage2-int8, the MXFP4 and the INT4 recipes only"):
         merged_config("nvfp4", 128, {"GLUON": True})
-    assert merged_config("int4", 128, None)["GLUON"] is True
-    assert merged_config("int4", 64, {"DS": "fused"})["GLUON"] is False  # a Triton-kernel path: the default gives way
+    for variant in ("sage", "mx", "int4"):
+        for head_dim in (64, 128):
+            assert merged_config(variant, head_dim, {"GLUON": True})["GLUON"] is True
+    assert merged_config("int4", 64, {"DS": "fused"})["GLUON"] is False  # a Triton-kernel path: a default gives way
     with pytest.raises(ValueError, match="GLUON with the INT4 recipes reads the ΔS table"):
         merged_config("int4", 64, {"GLUON": True, "DS": "fused"})
-    assert merged_config("mx", 128, None)["GLUON"] is True and merged_config("sage", 64, None)["GLUON"] is True
     assert not merged_config("dense", 128, None).get("GLUON")
     with pytest.raises(ValueError, match="GLUON needs NUM_STAGES >= 2"):
         merged_config("sage", 128, {"GLUON": True, "NUM_STAGES": 1})
     assert merged_config("sage", 128, {"NUM_STAGES": 1})["GLUON"] is False
     assert merged_config("mx", 128, {"PIPE": False})["GLUON"] is False
-    assert merged_config("mx", 128, {"NUM_STAGES": 2})["GLUON"] is True
+    assert merged_config("mx", 128, {"GLUON": True, "NUM_STAGES": 2})["GLUON"] is True
     with pytest.raises(ValueError, match="BLOCK_M tune.* the Triton kernel"):
         merged_config("sage", 128, {"GLUON": True, "BLOCK_M": 128})
 
 
-def test_work_loop_defaults_per_recipe_family():
-    """WORK_LOOP (the Gluon programs loop over their work tiles) is on for sage2-int8 and the PNQ MXFP4 recipes,
-    off for direct P̃ placement (each measured the faster), gives way to the Triton kernel and is refused there."""
-    assert merged_config("sage", 128, None)["WORK_LOOP"] is True
-    assert merged_config("mx", 128, None)["WORK_LOOP"] is True
-    assert merged_config("mx", 128, None, "direct")["WORK_LOOP"] is False
-    assert merged_config("mx", 128, {"WORK_LOOP": True}, "direct")["WORK_LOOP"] is True
+def test_work_loop_is_a_gluon_setting():
+    """WORK_LOOP (the Gluon programs loop over their work tiles; its default per recipe family is measured) can be
+    asked for with either P̃ placement, gives way to the Triton kernel and is refused there."""
+    for placement in ("pnq", "direct"):
+        assert merged_config("mx", 128, {"GLUON": True, "WORK_LOOP": True}, placement)["WORK_LOOP"] is True
+        assert merged_config("mx", 128, {"GLUON": True, "WORK_LOOP": False}, placement)["WORK_LOOP"] is False
     assert merged_config("sage", 128, {"GLUON": False})["WORK_LOOP"] is False
     with pytest.raises(ValueError, match="WORK_LOOP .* needs GLUON"):
         merged_config("sage", 128, {"WORK_LOOP": True, "GLUON": False})
 
 
 def test_defer_is_a_gluon_setting_with_three_stages():
-    """DEFER (the Gluon kernel's deferred stage release, on by default) is refused where it cannot act: with the
-    Triton kernel, and with two stages (the loader could not run a tile ahead)."""
-    assert merged_config("sage", 128, None)["DEFER"] is True and merged_config("mx", 128, None)["DEFER"] is True
-    # the default gives way with the Gluon kernel; asked for, it is refused
+    """DEFER (the Gluon kernel's deferred stage release) is refused where it cannot act: with the Triton kernel, and
+    with two stages (the loader could not run a tile ahead)."""
+    assert merged_config("sage", 128, {"GLUON": True, "NUM_STAGES": 3, "DEFER": True})["DEFER"] is True
+    # a default gives way without the Gluon kernel or its third stage; asked for, it is refused
     assert merged_config("sage", 128, {"GLUON": False})["DEFER"] is False
     assert merged_config("mx", 128, {"NUM_STAGES": 2})["DEFER"] is False
     with pytest.raises(ValueError, match="DEFER .* needs GLUON and NUM_STAGES >= 3"):
@@ -313,16 +355,13 @@ def test_defer_is_a_gluon_setting_with_three_stages():
         merged_config("int4", 128, {"DEFER": True, "PIPE": True})  # a Triton setting: the Triton kernel
 
 
-def test_early_qk_is_a_gluon_default():
-    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax) is on by default for the
-    Gluon recipes (not the MXFP4 ones with direct P̃ placement) and gives way to the Triton kernel; asked for where
+def test_early_qk_is_a_gluon_setting():
+    """EARLY_QK (the Gluon kernel issues the next tile's QKᵀ before this tile's softmax; its default per recipe
+    family is measured) can be asked for with either P̃ placement and gives way to the Triton kernel; asked for where
     it cannot act, it is refused."""
-    assert merged_config("sage", 128, None)["EARLY_QK"] is True and merged_config("mx", 128, None)["EARLY_QK"] is True
-    # measured slower for the MXFP4 recipes that place P̃ directly (mxfp4-ocp, mxattention-no-pnq-uos): off there
-    assert merged_config("mx", 128, None, "direct")["EARLY_QK"] is False
-    assert merged_config("mx", 128, {"EARLY_QK": True}, "direct")["EARLY_QK"] is True
-    assert merged_config("sage", 128, None, "direct")["EARLY_QK"] is True
-    assert merged_config("int4", 128, None)["EARLY_QK"] is True
+    for variant in ("sage", "mx", "int4"):
+        for placement in ("pnq", "direct"):
+            assert merged_config(variant, 128, {"GLUON": True, "EARLY_QK": True}, placement)["EARLY_QK"] is True
     assert merged_config("sage", 128, {"GLUON": False})["EARLY_QK"] is False
     assert merged_config("mx", 128, {"BLOCK_M": 64})["EARLY_QK"] is False  # a Triton setting: the Triton kernel
     with pytest.raises(ValueError, match="EARLY_QK .* needs GLUON"):
@@ -351,11 +390,10 @@ def test_bench_help_documents_every_setting():
 
 
 def test_qk_fp8_is_an_int4_setting():
-    """QK_FP8 (the INT4 codes of Q and K as E4M3, QKᵀ on the FP8 MMA) defaults to "where the Gluon kernel runs"
-    for the INT4 recipes (the Triton kernel measured slower with it), can be set either way, and is refused for the
-    others rather than silently ignored."""
-    assert merged_config("int4", 128, None)["QK_FP8"] is None  # auto: with the Gluon kernel
-    assert merged_config("int4", 128, {"QK_FP8": False})["QK_FP8"] is False
+    """QK_FP8 (the INT4 codes of Q and K as E4M3, QKᵀ on the FP8 MMA) can be set either way for the INT4 recipes
+    and is refused for the others rather than silently ignored."""
+    for value in (True, False):
+        assert merged_config("int4", 128, {"QK_FP8": value})["QK_FP8"] is value
     assert not merged_config("sage", 128, None).get("QK_FP8")
     for variant in ("sage", "mx", "nvfp4"):
         with pytest.raises(ValueError, match="QK_FP8 .* INT4 recipes only"):
@@ -368,8 +406,9 @@ def test_qk_fp8_is_an_int4_setting():
 def test_qk_fp8_follows_the_kernel_that_runs():
     from lowbit_video.kernels.launch import _qk_fp8
 
-    assert _qk_fp8(merged_config("int4", 128, None), gluon=True) is True
-    assert _qk_fp8(merged_config("int4", 128, None), gluon=False) is False
+    auto = dict(merged_config("int4", 128, None), QK_FP8=None)  # None: E4M3 codes where the Gluon kernel runs
+    assert _qk_fp8(auto, gluon=True) is True
+    assert _qk_fp8(auto, gluon=False) is False
     assert _qk_fp8(merged_config("int4", 128, {"QK_FP8": True}), gluon=False) is True
     assert _qk_fp8(merged_config("int4", 128, {"QK_FP8": False}), gluon=True) is False
 

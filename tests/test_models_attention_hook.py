@@ -1,6 +1,7 @@
 """Recipe attention hooks inside diffusers' Wan and HunyuanVideo transformers (tiny random weights)."""
 
 import dataclasses
+import functools
 import warnings
 
 import pytest
@@ -13,6 +14,7 @@ from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideo
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor  # noqa: E402
 
 from lowbit_video.errors import UserError  # noqa: E402
+from lowbit_video.models import attention_hook  # noqa: E402
 from lowbit_video.models.injection import attention_modules, recipe_hooks, use_recipe  # noqa: E402
 from lowbit_video.models.masks import UnsupportedMask, key_padding  # noqa: E402
 from lowbit_video.models.steps import StepTracker  # noqa: E402
@@ -178,15 +180,22 @@ def test_high_precision_calls_are_bit_identical_to_the_unmodified_model(family, 
 
 @pytest.mark.parametrize("family", ["wan", "hunyuan"])
 @pytest.mark.parametrize("name", ["mxattention", "nvfp4", "draftattention2"])
-def test_quantized_recipe_changes_the_output(family, name, wan, hunyuan):
+def test_quantized_recipe_changes_the_output_as_the_engine_does(family, name, wan, hunyuan, monkeypatch):
+    """The recipe's output against the same model whose quantized calls run the float64 engine (attend's
+    backend="reference"): the CPU path is the engine's numbers within 1e-3 relative per call (test_attention_cpu_path),
+    so the outputs agree within that and within a hundredth of what the recipe moves them from the unquantized
+    model (measured: below 2e-7 relative, the recipes moving them by 3e-3 to 5e-2)."""
     t, inputs = wan if family == "wan" else hunyuan
-    if name == "draftattention2":  # needs >= one 64-token block per frame: 8x8 grid
-        inputs = dict(inputs)
+    if family == "wan" and name == "draftattention2":  # one 64-token block per frame: an 8x8 token grid (patch 2x2)
+        inputs = dict(inputs, hidden_states=torch.randn(2, 16, 2, 16, 16, generator=torch.Generator().manual_seed(2)))
+    recipe = _with_policy(name)
     ref, _ = _run(t, inputs)
-    out, handle = _run(t, inputs, _with_policy(name))
-    assert torch.isfinite(out).all()
-    assert not torch.equal(out, ref)
-    assert 0 < (out - ref).abs().max() < 1.0
+    out, handle = _run(t, inputs, recipe)
+    monkeypatch.setattr(attention_hook, "attend", functools.partial(attention_hook.attend, backend="reference"))
+    engine, _ = _run(t, inputs, recipe)
+    assert torch.isfinite(out).all() and not torch.equal(engine, ref)
+    moved, off = float((engine - ref).norm() / ref.norm()), float((out - engine).norm() / engine.norm())
+    assert off <= 1e-3 and off <= 1e-2 * moved, (moved, off)
     s = handle.calls
     # Wan: self-attention only (policy default), cross stays 16-bit; Hunyuan: every joint attention.
     assert s["quantized"] == 2 and s["high"] == (2 if family == "wan" else 0)

@@ -3,6 +3,7 @@
 CPU tests on the shipped tiny-shapes model and on tiny random-weight Wan pipelines; one GPU test on
 a Wan2.1-1.3B-sized transformer (random weights, two blocks) with the kernels."""
 
+import contextlib
 import dataclasses
 import warnings
 
@@ -14,6 +15,7 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 import lowbit_video  # noqa: E402
+from lowbit_video.attention import attend  # noqa: E402
 from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.injection import install_recipe, recipe_hooks, use_recipe  # noqa: E402
 from lowbit_video.models.base import cpu_noise  # noqa: E402
@@ -161,35 +163,85 @@ def test_high_precision_steps_are_counted_per_step(wan_pipe):
     assert (calls["quantized"], calls["high"], calls["fallback"]) == (8, 16, 0)
 
 
-# ------------------------------------------------------------------------------ equal to generate
+# ------------------------------------------------------------------- generate against the model written out
 
 
-def test_wan_pipeline_frames_equal_generate(wan_pipe):
+@contextlib.contextmanager
+def recipe_written_out(transformer, recipe, quantized_modules):
+    """diffusers' Wan attention with `recipe` through the public `attend` in the calls of `quantized_modules` and
+    diffusers' own call in the others: what the integration should compute, written without it (no hook, no
+    policy), and the calls counted as they happen."""
+    from diffusers.models.transformers import transformer_wan
+
+    diffusers_call = transformer_wan.dispatch_attention_fn
+    running, counts = [], {"quantized": 0, "high": 0}
+
+    def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *args, **kwargs):
+        if running[-1] in quantized_modules:
+            assert attn_mask is None and dropout_p == 0.0 and not is_causal
+            counts["quantized"] += 1
+            return attend(query, key, value, recipe, layout="BNHD", scale=scale)
+        counts["high"] += 1
+        return diffusers_call(query, key, value, attn_mask, dropout_p, is_causal, scale, *args, **kwargs)
+
+    def enter(module, args):
+        running.append(module)
+
+    def leave(module, args, out):
+        running.pop()
+
+    modules = [m for block in transformer.blocks for m in (block.attn1, block.attn2)]
+    handles = [m.register_forward_pre_hook(enter) for m in modules] + [m.register_forward_hook(leave) for m in modules]
+    transformer_wan.dispatch_attention_fn = attention
+    try:
+        yield counts
+    finally:
+        transformer_wan.dispatch_attention_fn = diffusers_call
+        for h in handles:
+            h.remove()
+
+
+def test_wan_generate_is_the_pipeline_with_the_recipe_written_out(wan_pipe):
     model = DiffusersVideoModel(wan_pipe, get_model_info("wan2.1-t2v-1.3b"), device=torch.device("cpu"), dtype=torch.float32)
     model.max_sequence_length = 16  # the tiny text encoder
     settings = dict(steps=2, guidance=5.0, height=32, width=32, frames=9)
+    call = dict(prompt=WAN_PROMPT, latents=cpu_noise(WAN_LATENT, 0), **WAN_CALL)  # the seed's noise, as documented
+
+    def frames(result):
+        return np.clip(np.asarray(result.frames, np.float32), 0, 1)
+
+    # 16-bit: generate is the untouched pipeline, bit for bit
+    untouched = frames(wan_pipe(**call))
+    assert np.array_equal(model.generate([WAN_PROMPT], [0], recipe="fp16", **settings), untouched)
+
+    # sage2-int8 (policy default: self-attention quantized, cross-attention 16-bit)
     generated = model.generate([WAN_PROMPT], [0], recipe="sage2-int8", **settings)
-    dense = model.generate([WAN_PROMPT], [0], recipe="fp16", **settings)
-    assert not np.array_equal(generated, dense)  # the recipe changes the frames: equality below is not vacuous
+    assert not np.array_equal(generated, untouched)  # the recipe changes the frames: equality below is not vacuous
+    t = wan_pipe.transformer
+    with torch.no_grad(), recipe_written_out(t, "sage2-int8", {b.attn1 for b in t.blocks}) as counts:
+        written_out = frames(wan_pipe(**call))
+    assert np.array_equal(generated, written_out)
+    # 2 steps x 2 forwards (CFG: cond and uncond) x 2 blocks, each with one self- and one cross-attention
+    assert counts == {"quantized": 8, "high": 8}
+    assert (model.last_run["quantized"], model.last_run["high"], model.last_run["fallback"]) == (8, 8, 0)
 
-    with use_recipe(wan_pipe, "sage2-int8") as handle:
-        frames = wan_pipe(prompt=WAN_PROMPT, latents=cpu_noise(WAN_LATENT, 0), **WAN_CALL).frames
-    assert np.array_equal(np.clip(np.asarray(frames, np.float32), 0, 1), generated)
-    model.generate([WAN_PROMPT], [0], recipe="sage2-int8", **settings)
-    assert handle.calls == model.last_run and handle.calls["quantized"] == 2 * 2 * 2
 
-
-def test_shipped_model_frames_equal_generate(shapes):
-    # one quantized call (block 0 self-attention, one step) keeps the float64 reference engine cheap
+def test_shipped_model_generate_is_sample_with_the_recipe_written_out(shapes):
+    # one quantized call (block 0 self-attention, one step) keeps the test cheap
     recipe = _with_policy("sage2-int8", high_precision_blocks=(1, 2, 3, 4, 5))
-    generated = shapes.generate([SHAPES_PROMPT], [3], recipe=recipe, steps=1)
     tiny = shapes.model
-    sched = make_scheduler(tiny)
-    with use_recipe(tiny, recipe, scheduler=sched) as handle:
-        clips = sample(tiny, [SHAPES_PROMPT], [3], steps=1, scheduler=sched)
-    assert np.array_equal(np.clip(clips, 0, 1), generated)
-    assert (handle.calls["quantized"], handle.calls["high"], handle.calls["fallback"]) == (1, 11, 0)
-    assert handle.calls == shapes.last_run
+    untouched = np.clip(sample(tiny, [SHAPES_PROMPT], [3], steps=1), 0, 1)
+    assert np.array_equal(shapes.generate([SHAPES_PROMPT], [3], recipe="fp16", steps=1), untouched)
+
+    generated = shapes.generate([SHAPES_PROMPT], [3], recipe=recipe, steps=1)
+    assert not np.array_equal(generated, untouched)
+    t = tiny.transformer
+    with recipe_written_out(t, recipe, {t.blocks[0].attn1}) as counts:
+        written_out = np.clip(sample(tiny, [SHAPES_PROMPT], [3], steps=1), 0, 1)
+    assert np.array_equal(generated, written_out)
+    # 6 blocks x (self + cross), one forward (guidance 1: no CFG batch)
+    assert counts == {"quantized": 1, "high": 11}
+    assert (shapes.last_run["quantized"], shapes.last_run["high"], shapes.last_run["fallback"]) == (1, 11, 0)
 
 
 # ------------------------------------------------------------------------------------------ GPU
