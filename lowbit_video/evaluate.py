@@ -1,11 +1,11 @@
 """`lowbit-video evaluate`: score runs and store the scores beside them, in `<run>/metrics.json`.
 
-* **What is scored.** The asked metrics (default: all of `metrics.registry`; adherence only on
-  tiny-shapes runs). Paired metrics compare a run's exact frames (frames.npz) with its *baseline*: the
-  complete run with recipe == `baseline` (default fp16) and the same model, prompt, seed, steps,
-  guidance and size -- looked for at the sibling path `run_dir(out, model, baseline, prompt, seed)`
-  (out = the run's output root, run.parents[3]), then among the other runs given. The baseline run
-  itself gets paired metrics {"unavailable": "baseline run"}.
+* **What is scored.** The asked metrics (default: all of `metrics.registry`, each where its spec
+  applies: adherence only on tiny-shapes runs); each is computed by its spec (`compute`, or the one
+  VBench subprocess for the VBench dimensions). Paired metrics compare a run's exact frames
+  (frames.npz) with its *baseline*: the complete run with recipe == `baseline` (default fp16) and the
+  same model, prompt, seed, steps, guidance and size (runstore.find_baseline: beside the run, then
+  among the other runs given). The baseline run itself gets paired metrics {"unavailable": "baseline run"}.
 * **Values** are floats or {"unavailable": "<one-line reason>"} -- missing weights or packages, no
   baseline, a non-finite score -- never NaN and never a score from substitute weights.
 * **Atomic, resumable, incremental.** metrics.json is written with runstore.atomic_write_json, so an
