@@ -21,8 +21,8 @@ Reusable API (the `ablate` helper renders the paper's Table 3 with it)::
 What is compared
 ----------------
 `collect` finds the complete runs (runstore.is_complete) at or under each path, adds the baseline run
-that sits beside a given run (`runstore.run_dir(out, model, baseline, prompt, seed)`, out = run.parents[3],
-the spec's pairing rule), and reads each run's meta.json and metrics.json (written by `evaluate`).
+that sits beside a given run (runstore.find_baseline: the pairing rule), and reads each run's record
+(runstore.RunRecord) and metrics.json (written by `evaluate`).
 
 * Every run left out is named with its reason in `Comparison.left_out` and counted in a warning
   line per reason: a damaged run folder (meta.json unreadable, its files gone), a meta.json without
@@ -40,8 +40,10 @@ the spec's pairing rule), and reads each run's meta.json and metrics.json (writt
 * The baseline row averages the per-video metrics (VBench dimensions, adherence) over the baseline
   runs that have metrics.json; paired metrics are '–' there.
 * Columns per model: subject_consistency, imaging_quality, aesthetic_quality (the paper's three,
-  always), the other VBench dimensions present, other per-video metrics present, then cosine, ssim,
-  psnr (then mse where scored), lpips (always), then adherence for tiny-shapes. Higher is better except LPIPS and MSE.
+  always), then each metric of the registry (metrics.registry) that its `shown` rule keeps, in its
+  `column` rank: the other VBench dimensions present, other per-video metrics present, then cosine,
+  ssim, psnr (then mse where scored), lpips (always), then adherence for tiny-shapes. Labels, number
+  formats and directions (higher is better except LPIPS and MSE) are the registry's too.
 * Recipe order: `recipe_order` when given (a study's order; recipes not in it follow), else the order
   in which recipes first appear among the runs (paths in command-line order, each walked sorted).
 """
@@ -60,30 +62,13 @@ from typing import Any, Mapping, Sequence
 
 from . import runstore
 from .errors import UserError
+from .metrics.registry import UNREGISTERED_COLUMN, find_metric, list_metrics
 
 METRICS_NAME = "metrics.json"
 
+# The MXAttention paper's three VBench columns come first, shown whether scored or not; the other
+# columns and their order, labels, number formats and directions are the metric registry's.
 PAPER_VBENCH = ("subject_consistency", "imaging_quality", "aesthetic_quality")
-VBENCH_DIMENSIONS = (
-    "subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
-    "dynamic_degree", "aesthetic_quality", "imaging_quality", "human_action", "temporal_style",
-    "overall_consistency",
-)
-# VBench standard mode only (runs of VBench's own prompts, generate --prompts vbench): a column only
-# where some run has a value, not for every free-text run that is (rightly) told it cannot have one
-SUITE_ONLY = ("object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style")
-PAIRED = ("cosine", "ssim", "psnr", "lpips")
-OPTIONAL_PAIRED = ("mse",)  # paired, shown (after PSNR) only where scored: no paper but RotateAttention reports it
-LOWER_IS_BETTER = frozenset({"lpips", "mse"})
-LABELS = {
-    "subject_consistency": "Subject", "background_consistency": "Background",
-    "temporal_flickering": "Flicker", "motion_smoothness": "Motion", "dynamic_degree": "Dynamic",
-    "aesthetic_quality": "Aesthetic", "imaging_quality": "Imaging", "human_action": "Action",
-    "temporal_style": "T. style", "overall_consistency": "Overall", "object_class": "Object",
-    "multiple_objects": "Multi-obj", "color": "Color", "spatial_relationship": "Spatial", "scene": "Scene",
-    "appearance_style": "Style", "cosine": "Cosine", "ssim": "SSIM",
-    "psnr": "PSNR", "mse": "MSE", "lpips": "LPIPS", "adherence": "Adherence",
-}
 FORMATS = ("table", "md", "csv", "json")
 NOT_EVALUATED = "not evaluated (run `lowbit-video evaluate --metrics {name}`)"
 
@@ -106,15 +91,24 @@ def unavailable(v: Any) -> str | None:
 
 
 def is_paired(metric: str) -> bool:
-    return metric in PAIRED or metric in OPTIONAL_PAIRED
+    spec = find_metric(metric)
+    return spec is not None and spec.paired
 
 
 def label(metric: str) -> str:
-    return LABELS.get(metric, metric)
+    spec = find_metric(metric)
+    return spec.label if spec is not None and spec.label else metric
 
 
 def higher_is_better(metric: str) -> bool:
-    return metric not in LOWER_IS_BETTER
+    spec = find_metric(metric)
+    return spec is None or spec.higher_is_better
+
+
+def decimals(metric: str) -> int:
+    """Decimals a metric's values are shown with."""
+    spec = find_metric(metric)
+    return spec.decimals if spec is not None else 4
 
 
 # --------------------------------------------------------------------------------- data
@@ -135,6 +129,10 @@ class RunInfo:
     @property
     def pair(self) -> tuple[str, int]:
         return (self.prompt, self.seed)
+
+    @property
+    def record(self) -> runstore.RunRecord:
+        return runstore.RunRecord.of(self.dir, self.meta)
 
     def metric(self, name: str) -> Value:
         values = (self.metrics or {}).get("metrics") or {}
@@ -190,23 +188,12 @@ class Comparison:
 # ------------------------------------------------------------------------------ collect
 
 
-def _run_info(run: Path, given: bool) -> RunInfo | None:
-    meta = runstore.read_meta(run)
-    if meta is None:
+def _run_info(run: runstore.RunRecord | None, given: bool) -> RunInfo | None:
+    """The run as compare counts it; None when meta.json is unreadable or does not identify it."""
+    if run is None or not run.identified:
         return None
-    model = meta.get("model")
-    recipe = meta.get("recipe")
-    name = model.get("name") if isinstance(model, dict) else model
-    family = model.get("family") if isinstance(model, dict) else None
-    rname = recipe.get("name") if isinstance(recipe, dict) else recipe
-    try:
-        seed = int(meta.get("seed"))
-    except (TypeError, ValueError):
-        return None
-    if not name or not rname or not isinstance(meta.get("prompt"), str):
-        return None
-    return RunInfo(dir=run, model=str(name), family=family, recipe=str(rname), prompt=meta["prompt"], seed=seed,
-                   meta=meta, given=given)
+    return RunInfo(dir=run.dir, model=str(run.model), family=run.family, recipe=str(run.recipe), prompt=run.prompt,
+                   seed=run.seed, meta=run.meta, given=given)
 
 
 def _read_metrics(run: Path) -> tuple[dict | None, str | None]:
@@ -225,17 +212,6 @@ def _read_metrics(run: Path) -> tuple[dict | None, str | None]:
 def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Complete runs at or under each path, in argument order, duplicates removed."""
     return runstore.find_runs(paths)
-
-
-def _same_setup(a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in ("steps", "guidance", "size"))
-
-
-def _sibling_baseline(run: RunInfo, baseline: str) -> Path | None:
-    if len(run.dir.parents) < 4:
-        return None
-    d = runstore.run_dir(run.dir.parents[3], run.model, baseline, run.prompt, run.seed)
-    return d.resolve() if d.is_dir() and runstore.is_complete(d) else None
 
 
 def _group_warning(reason: str, dirs: list[str]) -> str:
@@ -258,26 +234,26 @@ def _mean(values: list[Value], n_label: str = "runs") -> Value:
     return {"unavailable": why}
 
 
-def _columns(runs: list[RunInfo], tiny: bool) -> list[str]:
+def _columns(scored_runs: list[RunInfo], runs: list[RunInfo]) -> list[str]:
+    """A model's columns: the paper's VBench three, then every registered metric its `shown` rule
+    keeps (in `column` rank order), metrics the registry does not know among them (by name).
+    `scored_runs`: the model's runs with metrics.json; `runs`: all of them."""
     present: "OrderedDict[str, None]" = OrderedDict()
     scored = set()
-    for r in runs:
+    for r in scored_runs:
         for k, v in ((r.metrics or {}).get("metrics") or {}).items():
             present[k] = None
             if not isinstance(v, dict):
                 scored.add(k)
-    cols = list(PAPER_VBENCH)
-    cols += [d for d in VBENCH_DIMENSIONS if d in present and d not in cols]
-    cols += [d for d in SUITE_ONLY if d in scored]
-    known = set(VBENCH_DIMENSIONS) | set(SUITE_ONLY) | set(PAIRED) | set(OPTIONAL_PAIRED) | {"adherence"}
-    cols += sorted(k for k in present if k not in known)
-    for c in PAIRED:
-        cols.append(c)
-        if c == "psnr":
-            cols += [m for m in OPTIONAL_PAIRED if m in present]
-    if tiny or "adherence" in present:
-        cols.append("adherence")
-    return cols
+
+    def shown(spec) -> bool:
+        if spec.shown == "applies":
+            return spec.name in present or any(spec.applies_to(r.model, r.family) for r in runs)
+        return spec.shown == "always" or spec.name in (scored if spec.shown == "scored" else present)
+
+    ranked = [(m.column, m.name) for m in list_metrics() if m.name not in PAPER_VBENCH and shown(m)]
+    ranked += [(UNREGISTERED_COLUMN, k) for k in present if find_metric(k) is None]
+    return list(PAPER_VBENCH) + [name for _, name in sorted(ranked)]
 
 
 def _best(rows: Sequence[Row], columns: Sequence[str]) -> dict[str, str]:
@@ -299,31 +275,53 @@ def _best(rows: Sequence[Row], columns: Sequence[str]) -> dict[str, str]:
 def collect(run_dirs: Sequence[str | os.PathLike], baseline: str = "fp16",
             recipe_order: Sequence[str] | None = None) -> Comparison:
     """Read the runs at or under `run_dirs` and aggregate per (model, recipe). See the module doc."""
-    warnings: list[str] = []
+    infos, left_out = _plan_runs(run_dirs, baseline)
+    warnings = _read_scores(infos, left_out, run_dirs)
+    by_dir = {i.dir: i for i in infos.values()}
+    models: "OrderedDict[str, list[RunInfo]]" = OrderedDict()
+    for info in infos.values():
+        models.setdefault(info.model, []).append(info)
+    not_paired: "OrderedDict[str, list[str]]" = OrderedDict()
+    out_models = []
+    for model, runs in models.items():
+        mc = _compare_model(model, runs, baseline, recipe_order, by_dir, not_paired, warnings)
+        if mc is not None:
+            out_models.append(mc)
+    for why, dirs in not_paired.items():
+        warnings.append(_group_warning(why, dirs))
+        left_out.extend({"dir": d, "reason": why} for d in dirs)
+    if not out_models:
+        raise UserError("nothing to compare: " + "; ".join(warnings))
+    return Comparison(baseline=baseline, models=out_models, warnings=warnings, left_out=left_out)
+
+
+def _plan_runs(run_dirs, baseline: str) -> tuple["OrderedDict[Path, RunInfo]", list[dict]]:
+    """The runs given, plus the baseline run beside each (runstore.find_baseline); those left out."""
     left_out: list[dict] = []
     infos: "OrderedDict[Path, RunInfo]" = OrderedDict()
     damaged: list[tuple[Path, str]] = []
     for d in runstore.find_runs(run_dirs, damaged):
-        info = _run_info(d, given=True)
+        info = _run_info(runstore.read_run(d), given=True)
         if info is None:
             left_out.append({"dir": str(d), "reason": "meta.json without model, recipe, prompt or seed"})
             continue
         infos[d] = info
     left_out += [{"dir": str(d), "reason": f"damaged run: {why}"} for d, why in damaged]
-    # baselines beside the given runs (same output root), per the pairing rule
     for info in list(infos.values()):
         if info.recipe == baseline:
             continue
-        sib = _sibling_baseline(info, baseline)
-        if sib is not None and sib not in infos:
-            b = _run_info(sib, given=False)
-            if b is not None and _same_setup(b.meta, info.meta):
-                infos[sib] = b
+        sibling = runstore.find_baseline(info.record, baseline)
+        if sibling is not None and sibling.dir not in infos and (b := _run_info(sibling, given=False)) is not None:
+            infos[sibling.dir] = b
     if not any(i.recipe == baseline for i in infos.values()):
         recipes = ", ".join(OrderedDict.fromkeys(i.recipe for i in infos.values())) or "none"
         raise UserError(f"--baseline {baseline}: no run of recipe {baseline!r} among the runs found "
                         f"(recipes found: {recipes})")
+    return infos, left_out
 
+
+def _read_scores(infos: Mapping[Path, RunInfo], left_out: list[dict], run_dirs) -> list[str]:
+    """Read each run's metrics.json; the warnings naming every run left out so far, by reason."""
     missing: list[str] = []
     for info in infos.values():
         info.metrics, why = _read_metrics(info.dir)
@@ -331,8 +329,7 @@ def collect(run_dirs: Sequence[str | os.PathLike], baseline: str = "fp16",
             left_out.append({"dir": str(info.dir), "reason": why})
         elif info.metrics is None and info.given:
             missing.append(str(info.dir))
-    scored = [i for i in infos.values() if i.metrics is not None]
-    if not scored:
+    if not any(i.metrics is not None for i in infos.values()):
         args = " ".join(map(str, run_dirs))
         raise UserError(f"none of the {len(infos)} runs found has metrics.json; run `lowbit-video evaluate {args}` first")
     # every run left out so far is named in a warning, grouped by reason (rows would otherwise
@@ -340,79 +337,74 @@ def collect(run_dirs: Sequence[str | os.PathLike], baseline: str = "fp16",
     by_reason: "OrderedDict[str, list[str]]" = OrderedDict()
     for x in left_out:
         by_reason.setdefault(x["reason"], []).append(x["dir"])
-    for why, dirs in by_reason.items():
-        warnings.append(_group_warning(why, dirs))
+    warnings = [_group_warning(why, dirs) for why, dirs in by_reason.items()]
     if missing:
         warnings.append(_group_warning("no metrics.json; run `lowbit-video evaluate` on them first", missing))
         left_out.extend({"dir": d, "reason": "no metrics.json"} for d in missing)
+    return warnings
 
-    by_dir = {i.dir: i for i in infos.values()}
-    models: "OrderedDict[str, list[RunInfo]]" = OrderedDict()
-    for info in infos.values():
-        models.setdefault(info.model, []).append(info)
 
-    not_paired: "OrderedDict[str, list[str]]" = OrderedDict()
-    out_models: list[ModelComparison] = []
-    for model, runs in models.items():
-        tiny = any("tiny-shapes" in (r.model, r.family) for r in runs)
-        columns = _columns([r for r in runs if r.metrics is not None], tiny)
-        index: dict[tuple[str, str, int], RunInfo] = {}
-        for r in runs:
-            key = (r.recipe, r.prompt, r.seed)
-            if key in index:
-                not_paired.setdefault("a second run of the same model, recipe, prompt and seed (the first is used)",
-                                      []).append(str(r.dir))
-                continue
-            index[key] = r
-        base_runs = [r for r in index.values() if r.recipe == baseline]
-        base_pairs = [r.pair for r in base_runs]
-        base_scored = [r for r in base_runs if r.metrics is not None]
-        per_video = [c for c in columns if not is_paired(c)]
-        baseline_row = None
-        if base_runs:
-            baseline_row = Row(recipe=baseline, n=len(base_scored),
-                               values={c: _mean([r.metric(c) for r in base_scored], "baseline runs") for c in per_video},
-                               pairs=[r.pair for r in base_scored], runs=[r.dir for r in base_scored])
-
-        recipes: list[str] = list(OrderedDict.fromkeys(r.recipe for r in index.values() if r.recipe != baseline))
-        if recipe_order:
-            first = [r for r in recipe_order if r in recipes]
-            recipes = first + [r for r in recipes if r not in first]
-        rows: list[Row] = []
-        for recipe in recipes:
-            counted: list[RunInfo] = []
-            for r in index.values():
-                if r.recipe != recipe or r.metrics is None:
-                    continue
-                why = _pairing_problem(r, baseline, by_dir)
-                if why:
-                    not_paired.setdefault(why, []).append(str(r.dir))
-                else:
-                    counted.append(r)
-            if not counted:
-                continue
-            rows.append(Row(recipe=recipe, n=len(counted), values={c: _mean([r.metric(c) for r in counted]) for c in columns},
-                            pairs=[r.pair for r in counted], runs=[r.dir for r in counted]))
-        if not rows and baseline_row is None:
-            warnings.append(f"{model}: nothing to compare (no baseline runs and no paired runs)")
+def _compare_model(model: str, runs: list[RunInfo], baseline: str, recipe_order, by_dir: Mapping[Path, RunInfo],
+                   not_paired: "OrderedDict[str, list[str]]", warnings: list[str]) -> ModelComparison | None:
+    """One model's table (None: nothing to compare); runs not counted go to `not_paired` by reason."""
+    columns = _columns([r for r in runs if r.metrics is not None], runs)
+    index: dict[tuple[str, str, int], RunInfo] = {}
+    for r in runs:
+        key = (r.recipe, r.prompt, r.seed)
+        if key in index:
+            not_paired.setdefault("a second run of the same model, recipe, prompt and seed (the first is used)",
+                                  []).append(str(r.dir))
             continue
-        if not rows:
-            warnings.append(f"{model}: no quantized runs paired with {baseline}; only the baseline row is shown")
-        pair_sets = {tuple(sorted(r.pairs)) for r in rows}
-        differ = len(pair_sets) > 1
-        if differ:
-            sizes = ", ".join(f"{r.recipe} {r.n}" for r in rows)
-            warnings.append(f"{model}: recipes are averaged over different (prompt, seed) pairs ({sizes}); "
-                            "their rows are not over the same videos")
-        out_models.append(ModelComparison(model=model, columns=columns, baseline_row=baseline_row, rows=rows,
-                                          best=_best(rows, columns), pairs=base_pairs, pair_sets_differ=differ,
-                                          runs=index))
-    for why, dirs in not_paired.items():
-        warnings.append(_group_warning(why, dirs))
-        left_out.extend({"dir": d, "reason": why} for d in dirs)
-    if not out_models:
-        raise UserError("nothing to compare: " + "; ".join(warnings))
-    return Comparison(baseline=baseline, models=out_models, warnings=warnings, left_out=left_out)
+        index[key] = r
+    base_runs = [r for r in index.values() if r.recipe == baseline]
+    baseline_row = _baseline_row(base_runs, baseline, columns) if base_runs else None
+    rows = _recipe_rows(index, baseline, recipe_order, columns, by_dir, not_paired)
+    if not rows and baseline_row is None:
+        warnings.append(f"{model}: nothing to compare (no baseline runs and no paired runs)")
+        return None
+    if not rows:
+        warnings.append(f"{model}: no quantized runs paired with {baseline}; only the baseline row is shown")
+    differ = len({tuple(sorted(r.pairs)) for r in rows}) > 1
+    if differ:
+        sizes = ", ".join(f"{r.recipe} {r.n}" for r in rows)
+        warnings.append(f"{model}: recipes are averaged over different (prompt, seed) pairs ({sizes}); "
+                        "their rows are not over the same videos")
+    return ModelComparison(model=model, columns=columns, baseline_row=baseline_row, rows=rows,
+                           best=_best(rows, columns), pairs=[r.pair for r in base_runs], pair_sets_differ=differ,
+                           runs=index)
+
+
+def _baseline_row(base_runs: list[RunInfo], baseline: str, columns: Sequence[str]) -> Row:
+    """The per-video metrics averaged over the baseline runs that have metrics.json."""
+    scored = [r for r in base_runs if r.metrics is not None]
+    values = {c: _mean([r.metric(c) for r in scored], "baseline runs") for c in columns if not is_paired(c)}
+    return Row(recipe=baseline, n=len(scored), values=values, pairs=[r.pair for r in scored],
+               runs=[r.dir for r in scored])
+
+
+def _recipe_rows(index: Mapping[tuple, RunInfo], baseline: str, recipe_order, columns: Sequence[str],
+                 by_dir: Mapping[Path, RunInfo], not_paired: "OrderedDict[str, list[str]]") -> list[Row]:
+    """A row per quantized recipe with runs paired against the baseline, in the recipe order."""
+    recipes: list[str] = list(OrderedDict.fromkeys(r.recipe for r in index.values() if r.recipe != baseline))
+    if recipe_order:
+        first = [r for r in recipe_order if r in recipes]
+        recipes = first + [r for r in recipes if r not in first]
+    rows: list[Row] = []
+    for recipe in recipes:
+        counted: list[RunInfo] = []
+        for r in index.values():
+            if r.recipe != recipe or r.metrics is None:
+                continue
+            why = _pairing_problem(r, baseline, by_dir)
+            if why:
+                not_paired.setdefault(why, []).append(str(r.dir))
+            else:
+                counted.append(r)
+        if counted:
+            rows.append(Row(recipe=recipe, n=len(counted), values={c: _mean([r.metric(c) for r in counted])
+                                                                   for c in columns},
+                            pairs=[r.pair for r in counted], runs=[r.dir for r in counted]))
+    return rows
 
 
 def _pairing_problem(run: RunInfo, baseline: str, by_dir: Mapping[Path, RunInfo]) -> str | None:
@@ -428,8 +420,8 @@ def _pairing_problem(run: RunInfo, baseline: str, by_dir: Mapping[Path, RunInfo]
     if own and run.meta.get("frames_sha256") and own != run.meta["frames_sha256"]:
         return "metrics.json is stale (the run was regenerated since); run `lowbit-video evaluate` again"
     bdir = b.get("dir")
-    if bdir and b.get("frames_sha256") and len(run.dir.parents) >= 4:
-        bpath = (run.dir.parents[3] / bdir).resolve()
+    if bdir and b.get("frames_sha256"):
+        bpath = (runstore.output_root(run.dir) / bdir).resolve()
         binfo = by_dir.get(bpath)
         bmeta = binfo.meta if binfo is not None else (runstore.read_meta(bpath) or {})
         if bmeta.get("frames_sha256") and bmeta["frames_sha256"] != b["frames_sha256"]:
@@ -445,7 +437,7 @@ def fmt_value(metric: str, v: Value) -> str:
         return "–"
     if not is_number(v):
         return "n/a"
-    return f"{v:.2f}" if metric in ("psnr", "mse") else f"{v:.4f}"
+    return f"{v:.{decimals(metric)}f}"
 
 
 def _header(metric: str) -> str:
@@ -681,7 +673,7 @@ def render(comp: Comparison, fmt: str, extra: Mapping[str, Any] | None = None) -
 
 
 __all__ = [
-    "Comparison", "ModelComparison", "Row", "RunInfo", "FORMATS", "PAIRED", "PAPER_VBENCH", "VBENCH_DIMENSIONS",
-    "collect", "find_runs", "fmt_value", "higher_is_better", "label", "render", "render_csv", "render_json",
+    "Comparison", "ModelComparison", "Row", "RunInfo", "FORMATS", "PAPER_VBENCH",
+    "collect", "decimals", "find_runs", "fmt_value", "higher_is_better", "is_paired", "label", "render", "render_csv", "render_json",
     "render_markdown", "render_table", "render_text", "rows_json", "to_json",
 ]

@@ -1,11 +1,11 @@
 """`lowbit-video evaluate`: score runs and store the scores beside them, in `<run>/metrics.json`.
 
-* **What is scored.** The asked metrics (default: all of `metrics.registry`; adherence only on
-  tiny-shapes runs). Paired metrics compare a run's exact frames (frames.npz) with its *baseline*: the
-  complete run with recipe == `baseline` (default fp16) and the same model, prompt, seed, steps,
-  guidance and size -- looked for at the sibling path `run_dir(out, model, baseline, prompt, seed)`
-  (out = the run's output root, run.parents[3]), then among the other runs given. The baseline run
-  itself gets paired metrics {"unavailable": "baseline run"}.
+* **What is scored.** The asked metrics (default: all of `metrics.registry`, each where its spec
+  applies: adherence only on tiny-shapes runs); each is computed by its spec (`compute`, or the one
+  VBench subprocess for the VBench dimensions). Paired metrics compare a run's exact frames
+  (frames.npz) with its *baseline*: the complete run with recipe == `baseline` (default fp16) and the
+  same model, prompt, seed, steps, guidance and size (runstore.find_baseline: beside the run, then
+  among the other runs given). The baseline run itself gets paired metrics {"unavailable": "baseline run"}.
 * **Values** are floats or {"unavailable": "<one-line reason>"} -- missing weights or packages, no
   baseline, a non-finite score -- never NaN and never a score from substitute weights.
 * **Atomic, resumable, incremental.** metrics.json is written with runstore.atomic_write_json, so an
@@ -76,8 +76,7 @@ class EvalReporter:
 
 @dataclass
 class _Job:
-    dir: Path
-    meta: dict
+    run: runstore.RunRecord
     baseline: Path | None
     is_baseline: bool
     metrics: list[str]
@@ -89,6 +88,14 @@ class _Job:
     status: str = "skipped"
     kept_baseline: dict | None = None   # the stored baseline record of paired scores kept (no baseline now)
     error: str | None = None            # status "damaged": why
+
+    @property
+    def dir(self) -> Path:
+        return self.run.dir
+
+    @property
+    def meta(self) -> dict:
+        return self.run.meta
 
 
 # -------------------------------------------------------------------------------------- inputs
@@ -109,39 +116,6 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     return runstore.find_runs(paths)
 
 
-def _name(meta: dict, key: str) -> str | None:
-    v = meta.get(key)
-    return v.get("name") if isinstance(v, dict) else v
-
-
-def _setting(meta: dict) -> tuple:
-    return (_name(meta, "model"), meta.get("prompt"), meta.get("seed"), meta.get("steps"), meta.get("guidance"),
-            json.dumps(meta.get("size"), sort_keys=True))
-
-
-def output_root(run: Path) -> Path:
-    """The --out folder a run was generated under (<out>/<model>/<recipe>/<slug>/seed-<s>)."""
-    return run.parents[3] if len(run.parents) > 3 else run.parent
-
-
-def find_baseline(run: Path, meta: dict, metas: dict[Path, dict], baseline: str) -> Path | None:
-    """The baseline run of `run` (pairing rule in the module docstring), or None."""
-    want = _setting(meta)
-    try:
-        sibling = runstore.run_dir(output_root(run), _name(meta, "model") or "", baseline, meta.get("prompt", ""),
-                                   int(meta.get("seed", 0)))
-    except (IndexError, TypeError, ValueError):
-        sibling = None
-    if sibling is not None and sibling.resolve() != run and runstore.is_complete(sibling):
-        m = runstore.read_meta(sibling) or {}
-        if _name(m, "recipe") == baseline and _setting(m) == want:
-            return sibling.resolve()
-    for other, m in metas.items():
-        if other != run and _name(m, "recipe") == baseline and _setting(m) == want:
-            return other
-    return None
-
-
 # ---------------------------------------------------------------------------------- prechecks
 
 
@@ -153,59 +127,27 @@ class _Prechecks:
         self.root, self.baseline = root, baseline
         self._cache: dict[str, str | None] = {}
 
-    def _once(self, name: str) -> str | None:
-        if name not in self._cache:
-            from .metrics.registry import get_metric
-
-            kind = get_metric(name).kind
-            if name == "lpips":
-                from .metrics import lpips_metric
-
-                self._cache[name] = lpips_metric.unavailable(self.root)
-            elif kind == "vbench":
-                self._cache[name] = _vbench_unavailable(name, self.root)
-            else:
-                self._cache[name] = None
-        return self._cache[name]
+    def _once(self, spec) -> str | None:
+        if spec.name not in self._cache:
+            self._cache[spec.name] = metric_unavailable(spec, self.root)
+        return self._cache[spec.name]
 
     def reason(self, name: str, job: _Job) -> str | None:
         from .metrics.registry import get_metric
         spec = get_metric(name)
-        if spec.kind == "paired":
+        if spec.paired:
             if job.is_baseline:
                 return BASELINE_RUN
             if job.baseline is None:
                 return no_baseline_reason(self.baseline)
-        if not _applies(spec, job.meta):
-            return f"{name} scores {', '.join(spec.models)} runs only (this run: {_name(job.meta, 'model')})"
-        if spec.kind == "vbench":  # the suite-only dimensions need a prompt of VBench's suite listed for them
-            return _vbench_suite_reason(name, job.meta) or self._once(name)
-        return self._once(name)
+        if not spec.applies_to(job.run.model, job.run.family):
+            return f"{name} scores {', '.join(spec.models)} runs only (this run: {job.run.model})"
+        return (spec.refuse(job.meta) if spec.refuse else None) or self._once(spec)
 
 
-def _vbench_module():
-    """lowbit_video.metrics.vbench, or a one-line reason why it cannot be imported."""
-    try:
-        from .metrics import vbench
-    except ModuleNotFoundError as e:
-        if e.name in ("lowbit_video.metrics.vbench",):
-            return "vbench integration not installed"
-        return f"vbench integration failed to import: {e}"
-    except ImportError as e:
-        return f"vbench integration failed to import: {e}"
-    return vbench
-
-
-def _vbench_unavailable(dim: str, root: Path) -> str | None:
-    mod = _vbench_module()
-    if isinstance(mod, str):
-        return mod
-    return mod.dimension_unavailable(dim, root)
-
-
-def _vbench_suite_reason(dim: str, meta: dict) -> str | None:
-    mod = _vbench_module()
-    return None if isinstance(mod, str) else mod.suite_reason(dim, meta.get("vbench"))
+def metric_unavailable(spec, root: Path) -> str | None:
+    """Why `spec` cannot be computed with the packages installed and the weights under `root`, or None."""
+    return spec.precheck(root) if spec.precheck else None
 
 
 # ---------------------------------------------------------------------------------- computing
@@ -251,31 +193,16 @@ class _Frames:
 
 
 def _compute_local(job: _Job, name: str, frames: _Frames, root: Path) -> None:
-    """Compute one paired or video metric into job.values / job.details."""
-    from .metrics.registry import get_metric
-
+    """Compute one in-process metric (its spec's compute) into job.values / job.details."""
     from .errors import DamagedRunError
+    from .metrics.registry import MetricInput, get_metric
 
-    spec = get_metric(name)
+    inp = MetricInput(frames=lambda: frames(job.dir), baseline_frames=lambda: frames(job.baseline),
+                      prompt=str(job.meta.get("prompt", "")), weights_root=root)
     try:
-        if spec.kind == "paired":
-            a, b = frames(job.dir), frames(job.baseline)
-            if name == "lpips":
-                from .metrics import lpips_metric
-
-                value = lpips_metric.lpips_distance(a, b, lpips_metric.load_model(root))
-            else:
-                from .metrics.paired import PAIRED_FUNCTIONS
-
-                value = PAIRED_FUNCTIONS[name](a, b)
-        elif name == "adherence":
-            from .metrics.video import adherence
-
-            value, details = adherence(frames(job.dir), str(job.meta.get("prompt", "")))
-            if details:
-                job.details[name] = details
-        else:  # pragma: no cover - registry and this function disagree
-            value = {"unavailable": f"no in-process implementation of {name}"}
+        value, details = get_metric(name).compute(inp)
+        if details:
+            job.details[name] = details
     except DamagedRunError:
         raise  # the whole run is reported as damaged, not one metric
     except (ValueError, RuntimeError, OSError, KeyError) as e:
@@ -284,16 +211,17 @@ def _compute_local(job: _Job, name: str, frames: _Frames, root: Path) -> None:
 
 
 def _run_vbench(jobs: list[tuple[_Job, list[str]]], root: Path, rep: EvalReporter) -> None:
+    from .metrics import vbench
+
     videos, keyed = [], {}
-    mod = _vbench_module()
     for job, dims in jobs:
         mp4 = job.dir / "video.mp4"
-        if isinstance(mod, str) or not mp4.is_file():
+        if not mp4.is_file():
             for d in dims:
-                job.values[d] = {"unavailable": mod if isinstance(mod, str) else "run has no video.mp4"}
+                job.values[d] = {"unavailable": "run has no video.mp4"}
             continue
         keyed[str(job.dir)] = (job, dims)
-        videos.append(mod.VBenchVideo(key=str(job.dir), mp4=mp4, prompt=str(job.meta.get("prompt", "")),
+        videos.append(vbench.VBenchVideo(key=str(job.dir), mp4=mp4, prompt=str(job.meta.get("prompt", "")),
                                       suite=job.meta.get("vbench")))
     if not videos:
         return
@@ -301,7 +229,7 @@ def _run_vbench(jobs: list[tuple[_Job, list[str]]], root: Path, rep: EvalReporte
     rep.vbench_started(len(videos), dims_all)
     t0 = time.perf_counter()
     try:
-        result = mod.score_videos(videos, dims_all, root)
+        result = vbench.score_videos(videos, dims_all, root)
         failure = None
     except Exception as e:  # noqa: BLE001 - any failure of the subprocess makes these scores unavailable
         result, failure = {}, f"vbench failed: {_one_line(e)}"
@@ -348,23 +276,23 @@ def _versions() -> dict:
             "lpips": v("lpips"), "vbench": v("vbench"), "python": platform.python_version()}
 
 
-def _run_block(m: dict) -> dict:
-    return {"model": _name(m, "model"), "recipe": _name(m, "recipe"), "prompt": m.get("prompt"),
+def _run_block(run: runstore.RunRecord) -> dict:
+    m = run.meta
+    return {"model": run.model, "recipe": run.recipe, "prompt": m.get("prompt"),
             "seed": m.get("seed"), "steps": m.get("steps"), "frames_sha256": m.get("frames_sha256")}
 
 
 def _document(job: _Job, baseline_name: str, root: Path) -> dict:
-    m = job.meta
     base = job.kept_baseline
     if job.baseline is not None:
         bm = runstore.read_meta(job.baseline) or {}
-        base = {"recipe": baseline_name, "dir": os.path.relpath(job.baseline, output_root(job.dir)),
+        base = {"recipe": baseline_name, "dir": os.path.relpath(job.baseline, runstore.output_root(job.dir)),
                 "frames_sha256": bm.get("frames_sha256")}
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     names = _metric_order(job.values)
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
-        "run": _run_block(m),
+        "run": _run_block(job.run),
         "baseline": base,
         "metrics": {n: job.values[n] for n in names},
         "details": {n: job.details[n] for n in _metric_order(job.details) if n in job.values},
@@ -377,7 +305,7 @@ def _document(job: _Job, baseline_name: str, root: Path) -> dict:
 
 def _plan(job: _Job, existing: dict | None, baseline_sha: str | None, checks: _Prechecks, overwrite: bool) -> None:
     """Fill job.values/details/prechecks from the existing file (dropping stale entries) and job.todo."""
-    from .metrics.registry import get_metric
+    from .metrics.registry import find_metric, get_metric
 
     if existing is not None and (existing.get("run") or {}).get("frames_sha256") == job.meta.get("frames_sha256"):
         job.created = existing.get("created")
@@ -389,14 +317,11 @@ def _plan(job: _Job, existing: dict | None, baseline_sha: str | None, checks: _P
             job.kept_baseline, stale_paired = existing["baseline"], False
         for store, src in ((job.values, "metrics"), (job.details, "details"), (job.prechecks, "prechecks")):
             for n, v in (existing.get(src) or {}).items():
-                try:
-                    paired = get_metric(n).kind == "paired"
-                except UserError:
-                    paired = False  # a metric this version no longer knows: kept as is
-                if not (paired and stale_paired):
+                spec = find_metric(n)  # None: a metric this version no longer knows, kept as is
+                if not (spec is not None and spec.paired and stale_paired):
                     store[n] = v
     for n in job.metrics:
-        if job.kept_baseline is not None and n in job.values and get_metric(n).kind == "paired":
+        if job.kept_baseline is not None and n in job.values and get_metric(n).paired:
             continue  # kept: its baseline is not here to recompute it (even with overwrite)
         if overwrite or n not in job.values:
             job.todo.append(n)
@@ -438,11 +363,11 @@ def _job_key(job: "_Job") -> tuple:
         return ("?", "?", str(job.dir), 0)  # a meta.json without the usual keys: keyed by its folder
 
 
-def _check_baseline(baseline: str, metas: dict[Path, dict]) -> None:
+def _check_baseline(baseline: str, runs: Sequence[runstore.RunRecord]) -> None:
     """A baseline that is no known recipe and no run's recipe is a typo: refuse before any write."""
     from .recipes import available_recipes
 
-    found = list(OrderedDict.fromkeys(str(_name(m, "recipe")) for m in metas.values() if _name(m, "recipe")))
+    found = list(OrderedDict.fromkeys(str(r.recipe) for r in runs if r.recipe))
     if baseline in found or baseline in available_recipes():
         return
     raise UserError(f"--baseline {baseline}: no such recipe and no run of it among the runs found "
@@ -458,7 +383,8 @@ def _check_writable(jobs: list["_Job"]) -> None:
 
 def _damaged_result(run: Path, error: str, meta: dict | None = None) -> dict:
     """A damaged run's entry: its metrics.json as it stands (untouched), else no metrics."""
-    doc = _read_existing(run) or {"format": FORMAT, "format_version": FORMAT_VERSION, "run": _run_block(meta or {}),
+    doc = _read_existing(run) or {"format": FORMAT, "format_version": FORMAT_VERSION,
+                                  "run": _run_block(runstore.RunRecord.of(run, meta or {})),
                                   "baseline": None, "metrics": {}, "details": {}, "prechecks": {}}
     return {**doc, "dir": str(run), "status": "damaged", "error": error}
 
@@ -476,7 +402,7 @@ def _score(job: "_Job", checks: "_Prechecks", frames: "_Frames", root: Path) -> 
             job.prechecks[n] = why
             continue
         job.prechecks.pop(n, None)
-        if get_metric(n).kind == "vbench":
+        if get_metric(n).compute is None:  # scored with every run at once (VBench)
             vdims.append(n)
             job.values.pop(n, None)
         else:
@@ -484,39 +410,60 @@ def _score(job: "_Job", checks: "_Prechecks", frames: "_Frames", root: Path) -> 
     return vdims
 
 
-def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, shard) -> list[dict]:
-    from . import distributed
-    from .errors import DamagedRunError
-    from .metrics.registry import get_metric
+# ------------------------------------------------------------------------ plan, score, aggregate
+
+
+@dataclass
+class _Call:
+    """One evaluate call's fixed inputs: the metrics asked, the runs found, where weights are."""
+
+    names: list[str]
+    explicit: bool
+    baseline: str
+    overwrite: bool
+    root: Path
+    runs: dict[Path, runstore.RunRecord]
+    damaged: list[tuple[Path, str]]
+    checks: _Prechecks
+    rep: EvalReporter
+
+
+def _open(run_dirs, metrics, weights_dir, baseline, overwrite, reporter) -> _Call:
+    """Resolve the metrics, find and read the runs, refuse a mistyped baseline (before any write)."""
     from .metrics.weights import weights_root
 
     rep = reporter or EvalReporter()
     names, explicit = resolve_metrics(metrics)
     damaged: list[tuple[Path, str]] = []
-    runs = runstore.find_runs(run_dirs, damaged)
+    found = runstore.find_runs(run_dirs, damaged)
     root = weights_root(weights_dir)
-    metas = {r: runstore.read_meta(r) or {} for r in runs}
-    _check_baseline(baseline, metas)
-    checks = _Prechecks(root, baseline)
+    runs = {r: runstore.RunRecord.of(r, runstore.read_meta(r) or {}) for r in found}
+    _check_baseline(baseline, list(runs.values()))
     for d, why in damaged:
         rep.warning(f"{d}: damaged run left out ({why})")
+    return _Call(names, explicit, baseline, overwrite, root, runs, damaged, _Prechecks(root, baseline), rep)
 
-    def plan(run: Path) -> _Job:
-        meta = metas[run]
-        is_base = _name(meta, "recipe") == baseline
-        base = None if is_base else find_baseline(run, meta, metas, baseline)
-        job = _Job(run, meta, base, is_base, [])
-        for n in names:
-            spec = get_metric(n)
-            if not explicit and not _applies(spec, meta):
-                continue  # defaults: adherence only where it applies
-            job.metrics.append(n)
-        base_sha = (runstore.read_meta(base) or {}).get("frames_sha256") if base is not None else None
-        _plan(job, _read_existing(run), base_sha, checks, overwrite)
-        return job
 
-    jobs = [plan(run) for run in runs]
+def _plan_run(call: _Call, path: Path) -> _Job:
+    """The run's job: its baseline, the metrics asked of it, what is left to compute."""
+    from .metrics.registry import get_metric
 
+    run = call.runs[path]
+    is_base = run.recipe == call.baseline
+    base = None if is_base else runstore.find_baseline(run, call.baseline, list(call.runs.values()))
+    # defaults: a metric only where it applies (adherence on tiny-shapes runs)
+    wanted = [n for n in call.names if call.explicit or get_metric(n).applies_to(run.model, run.family)]
+    job = _Job(run, base.dir if base is not None else None, is_base, wanted)
+    base_sha = base.meta.get("frames_sha256") if base is not None else None
+    _plan(job, _read_existing(path), base_sha, call.checks, call.overwrite)
+    return job
+
+
+def _plan_shard(call: _Call, shard) -> tuple[list[_Job], list[_Job]]:
+    """(every run's job, this shard's jobs); other shards' jobs get status "other-shard"."""
+    from . import distributed
+
+    jobs = [_plan_run(call, path) for path in call.runs]
     # This shard's runs: split over every run found (not over those with work left), so shards
     # started at different times agree on who owns what.
     mine = distributed.shard_runs(jobs, shard, key=_job_key)
@@ -524,80 +471,94 @@ def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, sha
     for job in jobs:
         if id(job) not in own:
             job.status = "other-shard"
-    todo = [j for j in mine if j.todo]
-    _check_writable(todo)
+    _check_writable([j for j in mine if j.todo])
     kept = [j for j in mine if j.kept_baseline is not None]
     if kept:
         recipes = ", ".join(sorted({str(j.kept_baseline.get("recipe")) for j in kept}))
         one = len(kept) == 1
-        rep.warning(f"{len(kept)} run{'' if one else 's'} keep{'s' if one else ''} the paired scores stored against "
-                    f"{'its' if one else 'their'} {recipes} run: no {baseline} run of the same settings is found now, "
-                    "so they are not recomputed")
-    rep.planned([j.dir for j in mine], len(todo))
+        call.rep.warning(f"{len(kept)} run{'' if one else 's'} keep{'s' if one else ''} the paired scores stored "
+                         f"against {'its' if one else 'their'} {recipes} run: no {call.baseline} run of the same "
+                         "settings is found now, so they are not recomputed")
+    call.rep.planned([j.dir for j in mine], sum(bool(j.todo) for j in mine))
+    return jobs, mine
+
+
+def _score_claimed(call: _Call, job: _Job, frames: _Frames) -> tuple[_Job, list[str]]:
+    """Claim the run, plan it again and compute its in-process metrics; (its job, its VBench dimensions)."""
+    from .errors import DamagedRunError
+
+    claim = runstore.claim_run(job.dir, "evaluate")
+    if claim is None:
+        job.status = "claimed"
+        call.rep.warning(f"{job.dir}: being scored by another process "
+                         f"({runstore.claim_holder(job.dir, 'evaluate')}); left to it")
+        return job, []
+    with claim:
+        job = _plan_run(call, job.dir)  # another process may have scored it between our plan and our claim
+        if not job.todo:
+            return job, []
+        call.rep.run_started(job.dir, job.todo)
+        try:
+            vdims = _score(job, call.checks, frames, call.root)
+        except DamagedRunError as e:
+            job.status, job.error = "damaged", str(e)
+            call.rep.warning(f"{job.dir}: not scored, {e}")
+            return job, []
+        runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, call.baseline, call.root))
+        job.status = "scored"
+        return job, vdims
+
+
+def _score_runs(call: _Call, todo: list[_Job]) -> dict[Path, _Job]:
+    """Score every run with work left (VBench last, one subprocess for all); the jobs by folder."""
     frames = _Frames()
+    done: dict[Path, _Job] = {}
     vbench_jobs: list[tuple[_Job, list[str]]] = []
-    for i, job in enumerate(todo):
-        claim = runstore.claim_run(job.dir, "evaluate")
-        if claim is None:
-            job.status = "claimed"
-            rep.warning(f"{job.dir}: being scored by another process ({runstore.claim_holder(job.dir, 'evaluate')}); "
-                        "left to it")
-            rep.run_done(job.dir, job.status)
-            continue
-        with claim:
-            # another process may have scored it between our plan and our claim
-            todo[i] = job = plan(job.dir)
-            job.status = "skipped" if not job.todo else job.status
-            if job.todo:
-                rep.run_started(job.dir, job.todo)
-                try:
-                    vdims = _score(job, checks, frames, root)
-                except DamagedRunError as e:
-                    job.status, job.error = "damaged", str(e)
-                    rep.warning(f"{job.dir}: not scored, {e}")
-                    rep.run_done(job.dir, job.status)
-                    continue
-                if vdims:
-                    vbench_jobs.append((job, vdims))
-                runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
-                job.status = "scored"
-        rep.run_done(job.dir, job.status)
-    by_dir = {j.dir: j for j in todo}
-    jobs = [by_dir.get(j.dir, j) for j in jobs]
-    mine = [by_dir.get(j.dir, j) for j in mine]
-    own = {id(j) for j in mine}
+    for job in todo:
+        job, vdims = _score_claimed(call, job, frames)
+        done[job.dir] = job
+        if vdims:
+            vbench_jobs.append((job, vdims))
+        call.rep.run_done(job.dir, job.status)
     if vbench_jobs:
-        _run_vbench(vbench_jobs, root, rep)
+        _run_vbench(vbench_jobs, call.root, call.rep)
         for job, _ in vbench_jobs:
-            runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, baseline, root))
+            runstore.atomic_write_json(job.dir / METRICS_NAME, _document(job, call.baseline, call.root))
+    return done
 
-    if shard.launched:
-        # a collective, so also the barrier: every rank's metrics.json files are written after it
-        done: dict[str, str] = {}
-        for part in distributed.all_gather({str(j.dir): j.status for j in mine}):
-            done.update(part)
-        for job in jobs:
-            if id(job) not in own:
-                job.status = done.get(str(job.dir), "other-shard")
 
+def _results(call: _Call, jobs: list[_Job], own: set[Path]) -> list[dict]:
+    """Every run's document with its status, the damaged runs last."""
     results = []
     for job in jobs:
         if job.status == "damaged":
             results.append(_damaged_result(job.dir, job.error or "damaged", job.meta))
             continue
         # another shard's run: its file as that shard wrote it (or as it is now, without torchrun)
-        doc = _read_existing(job.dir) if job.status in ("skipped", "claimed") or id(job) not in own else None
-        doc = doc or _document(job, baseline, root)
+        doc = _read_existing(job.dir) if job.status in ("skipped", "claimed") or job.dir not in own else None
+        doc = doc or _document(job, call.baseline, call.root)
         results.append({**doc, "dir": str(job.dir), "status": job.status})
-    results += [_damaged_result(d, why) for d, why in damaged]
-    return results
+    return results + [_damaged_result(d, why) for d, why in call.damaged]
 
 
-def _applies(spec, meta: dict) -> bool:
-    from .metrics.video import is_tiny_shapes
+def _evaluate(run_dirs, metrics, weights_dir, baseline, overwrite, reporter, shard) -> list[dict]:
+    from . import distributed
 
-    return not spec.models or ("tiny-shapes" in spec.models and is_tiny_shapes(meta))
+    call = _open(run_dirs, metrics, weights_dir, baseline, overwrite, reporter)
+    jobs, mine = _plan_shard(call, shard)
+    done = _score_runs(call, [j for j in mine if j.todo])
+    jobs = [done.get(j.dir, j) for j in jobs]
+    own = {j.dir for j in mine}
+    if shard.launched:
+        # a collective, so also the barrier: every rank's metrics.json files are written after it
+        statuses: dict[str, str] = {}
+        for part in distributed.all_gather({str(j.dir): j.status for j in jobs if j.dir in own}):
+            statuses.update(part)
+        for job in jobs:
+            if job.dir not in own:
+                job.status = statuses.get(str(job.dir), "other-shard")
+    return _results(call, jobs, own)
 
 
 __all__ = ["BASELINE_RUN", "EvalReporter", "FORMAT", "FORMAT_VERSION", "METRICS_NAME", "evaluate_runs",
-           "find_baseline", "find_runs", "no_baseline_reason", "resolve_metrics"]
+           "find_runs", "metric_unavailable", "no_baseline_reason", "resolve_metrics"]

@@ -175,7 +175,8 @@ def _registry():
 
 
 def is_tiny_shapes(info: Any) -> bool:
-    return getattr(info, "family", None) == "tiny-shapes" or getattr(info, "name", None) == "tiny-shapes"
+    """Whether a model's info (models.registry) is the tiny-shapes model (runstore decides)."""
+    return runstore.is_tiny_shapes(getattr(info, "name", None), getattr(info, "family", None))
 
 
 def resolve_prompts_file(path: str | os.PathLike | None) -> "Path | Traversable":
@@ -794,24 +795,20 @@ def adherence(paths: Sequence[str | os.PathLike]) -> dict:
     runs = runstore.find_runs(paths, damaged)
     scores, skipped = [], [{"dir": str(d), "reason": f"damaged run: {why}"} for d, why in damaged]
     for run in runs:
-        meta = runstore.read_meta(run) or {}
-        model = meta.get("model", {})
-        family = model.get("family") if isinstance(model, dict) else None
-        name = model.get("name") if isinstance(model, dict) else model
-        if "tiny-shapes" not in (family, name):
-            skipped.append({"dir": str(run), "reason": f"model {name!r} is not tiny-shapes"})
+        record = runstore.RunRecord.of(run, runstore.read_meta(run) or {})
+        if not record.is_tiny_shapes:
+            skipped.append({"dir": str(run), "reason": f"model {record.model!r} is not tiny-shapes"})
             continue
         try:
             frames, source = load_run_frames(run)
-            s = score_clip(frames, meta["prompt"])
+            s = score_clip(frames, record.meta["prompt"])
         except (KeyError, ValueError, OSError) as e:  # DamagedRunError among them: one run, not the batch
             skipped.append({"dir": str(run), "reason": f"unreadable: {e}"})
             continue
         if s is None:
             skipped.append({"dir": str(run), "reason": "two-object prompt (not scored)"})
             continue
-        recipe = meta.get("recipe", {})
-        scores.append((recipe.get("name") if isinstance(recipe, dict) else str(recipe), s))
+        scores.append((record.recipe, s))
     by_recipe = {name: _accuracies([s for r, s in scores if r == name]) for name in sorted({r for r, _ in scores if r})}
     return {**_accuracies([s for _, s in scores]), "runs": len(runs), "skipped": skipped, "by_recipe": by_recipe}
 

@@ -20,6 +20,11 @@ Layout (shared/DESIGN.md)::
   cleans a run folder written in place, as older versions did).
 * A write that fails for want of room (full disk, quota, file-size limit) is a one-line
   `DiskFullError` naming the file, with its temporaries removed (disk_full.py).
+* A run is read as a `RunRecord` (`read_run`): its model, family, recipe, prompt, seed, steps and
+  whether it is a tiny-shapes run are decided here and nowhere else. Its *baseline* (`find_baseline`)
+  is the complete run of the baseline recipe with the same model, prompt, seed, steps, guidance and
+  size: the one at `run_dir(out, model, baseline, prompt, seed)` beside it (out: `output_root`),
+  else one of the other runs given.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ import signal
 import socket
 import sys
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .disk_full import disk_errors, remove
 
@@ -430,8 +436,94 @@ def find_runs(paths, damaged: list[tuple[Path, str]] | None = None) -> list[Path
     return list(OrderedDict.fromkeys(r.resolve() for r in found))
 
 
+# ------------------------------------------------------------------------------- the run record
+
+TINY_SHAPES = "tiny-shapes"
+
+
+def is_tiny_shapes(name: str | None, family: str | None) -> bool:
+    """Whether a model (by its name or family) is the shipped tiny-shapes model."""
+    return TINY_SHAPES in (name, family)
+
+
+def _name_of(value: Any) -> str | None:
+    """meta.json's "model" and "recipe" are {"name": ...} objects (older runs: a plain string)."""
+    return value.get("name") if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run is, read from its meta.json once. Fields are None where meta.json lacks them."""
+
+    dir: Path
+    meta: dict
+    model: str | None
+    family: str | None
+    recipe: str | None
+    prompt: str | None
+    seed: int | None
+    steps: Any
+
+    @classmethod
+    def of(cls, run: str | os.PathLike, meta: dict) -> "RunRecord":
+        model = meta.get("model")
+        try:
+            seed = int(meta.get("seed"))
+        except (TypeError, ValueError):
+            seed = None
+        prompt = meta.get("prompt")
+        return cls(dir=Path(run), meta=meta, model=_name_of(model),
+                   family=model.get("family") if isinstance(model, dict) else None,
+                   recipe=_name_of(meta.get("recipe")), prompt=prompt if isinstance(prompt, str) else None,
+                   seed=seed, steps=meta.get("steps"))
+
+    @property
+    def is_tiny_shapes(self) -> bool:
+        return is_tiny_shapes(self.model, self.family)
+
+    @property
+    def identified(self) -> bool:
+        """Whether meta.json names the model, recipe, prompt and seed (a run that can be compared)."""
+        return bool(self.model) and bool(self.recipe) and self.prompt is not None and self.seed is not None
+
+    @property
+    def setting(self) -> tuple:
+        """What a baseline run must share with this one: model, prompt, seed, steps, guidance, size."""
+        m = self.meta
+        return (self.model, m.get("prompt"), m.get("seed"), m.get("steps"), m.get("guidance"),
+                json.dumps(m.get("size"), sort_keys=True))
+
+
+def read_run(run: str | os.PathLike) -> RunRecord | None:
+    """The run's record, or None when its meta.json is missing or unreadable."""
+    meta = read_meta(run)
+    return None if meta is None else RunRecord.of(run, meta)
+
+
+def output_root(run: str | os.PathLike) -> Path:
+    """The --out folder a run was generated under (<out>/<model>/<recipe>/<slug>/seed-<s>)."""
+    run = Path(run)
+    return run.parents[3] if len(run.parents) > 3 else run.parent
+
+
+def find_baseline(run: RunRecord, baseline: str, among: Sequence[RunRecord] = ()) -> RunRecord | None:
+    """The baseline run of `run` (the pairing rule of the module doc), or None. `among`: other runs
+    to look in when none sits beside it."""
+    want = run.setting
+    try:
+        sibling = run_dir(output_root(run.dir), run.model or "", baseline, run.meta.get("prompt", ""),
+                          int(run.meta.get("seed", 0)))
+    except (IndexError, TypeError, ValueError):
+        sibling = None
+    if sibling is not None and sibling.resolve() != run.dir and is_complete(sibling):
+        found = read_run(sibling.resolve())
+        if found is not None and found.recipe == baseline and found.setting == want:
+            return found
+    return next((o for o in among if o.dir != run.dir and o.recipe == baseline and o.setting == want), None)
+
+
 __all__ = [
-    "find_runs",
+    "RunRecord", "TINY_SHAPES", "find_baseline", "find_runs", "is_tiny_shapes", "output_root", "read_run",
     "META_NAME", "OUTPUT_NAMES", "atomic_path", "atomic_write_bytes", "atomic_write_json", "component",
     "Claim", "check_output", "claim_holder", "claim_run", "damage", "is_complete", "output_problem", "is_temp", "iter_runs", "prompt_slug", "read_meta", "replace_dir", "reset_run_dir", "run_dir",
     "safe_name", "staged_dir", "temp_name",

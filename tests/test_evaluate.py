@@ -57,15 +57,10 @@ def pair(tmp_path):
 
 @pytest.fixture
 def fake_vbench(monkeypatch):
-    """A stand-in for lowbit_video.metrics.vbench (its subprocess is tested by its own tests)."""
-    calls = []
+    """Stand-ins for the VBench subprocess and its weight checks (both tested by their own tests)."""
+    from lowbit_video.metrics import vbench
 
-    @dataclasses.dataclass(frozen=True)
-    class VBenchVideo:
-        key: str
-        mp4: Path
-        prompt: str
-        suite: dict | None = None
+    calls = []
 
     def score_videos(videos, dims, root):
         calls.append(([v.key for v in videos], list(dims)))
@@ -74,12 +69,18 @@ def fake_vbench(monkeypatch):
     def dimension_unavailable(dim, root):
         return None if dim == "temporal_flickering" else f"missing weights for {dim}"
 
-    from lowbit_video.metrics.vbench import suite_reason  # pure: which runs a suite-only dimension applies to
-
-    mod = SimpleNamespace(VBenchVideo=VBenchVideo, score_videos=score_videos,
-                          dimension_unavailable=dimension_unavailable, suite_reason=suite_reason, VBENCH_DIMENSIONS=())
-    monkeypatch.setattr(ev, "_vbench_module", lambda: mod)
+    monkeypatch.setattr(vbench, "score_videos", score_videos)
+    monkeypatch.setattr(vbench, "dimension_unavailable", dimension_unavailable)
     return calls
+
+
+def paired_compute(monkeypatch, name, fn):
+    """Make the registered paired metric `name` compute fn(frames, baseline frames)."""
+    from lowbit_video.metrics import registry
+
+    specs = tuple(dataclasses.replace(s, compute=registry.against_baseline(fn)) if s.name == name else s
+                  for s in registry._SPECS)
+    monkeypatch.setattr(registry, "_SPECS", specs)
 
 
 def by_recipe(results):
@@ -121,20 +122,24 @@ def test_defaults_without_weights_write_the_weight_free_metrics(pair, tmp_path, 
     assert sorted(keys) == sorted(str(p.resolve()) for p in out.rglob("seed-0"))
 
 
-def test_vbench_integration_missing_is_reported_not_fatal(pair, tmp_path, monkeypatch):
+def test_a_failing_vbench_subprocess_is_reported_not_fatal(pair, tmp_path, monkeypatch, fake_vbench):
+    from lowbit_video.metrics import vbench
+
     out, _, q_dir, _, _ = pair
-    monkeypatch.setattr(ev, "_vbench_module", lambda: "vbench integration not installed")
+
+    def crash(videos, dims, root):
+        raise RuntimeError("worker died\nTraceback ...")
+
+    monkeypatch.setattr(vbench, "score_videos", crash)
     evaluate_runs([q_dir], metrics=["psnr", "temporal_flickering"], weights_dir=str(tmp_path))
     m = json.loads((q_dir / "metrics.json").read_text())["metrics"]
     assert isinstance(m["psnr"], float)
-    assert m["temporal_flickering"] == {"unavailable": "vbench integration not installed"}
+    assert m["temporal_flickering"] == {"unavailable": "vbench failed: RuntimeError: worker died"}
 
 
 def test_nan_scores_become_unavailable(pair, tmp_path, monkeypatch):
     out, _, q_dir, _, _ = pair
-    from lowbit_video.metrics import paired
-
-    monkeypatch.setitem(paired.PAIRED_FUNCTIONS, "ssim", lambda a, b: float("nan"))
+    paired_compute(monkeypatch, "ssim", lambda a, b: float("nan"))
     evaluate_runs([out], metrics=["ssim"], weights_dir=str(tmp_path))
     text = (q_dir / "metrics.json").read_text()
     assert "NaN" not in text
@@ -213,8 +218,6 @@ def test_adherence_only_for_tiny_shapes_runs(tmp_path, fake_vbench):
 
 
 def test_interrupted_evaluate_leaves_no_half_written_file(pair, tmp_path, monkeypatch):
-    from lowbit_video.metrics import paired
-
     out, _, q_dir, _, _ = pair
     evaluate_runs([q_dir], metrics=["psnr"], weights_dir=str(tmp_path))
     before = (q_dir / "metrics.json").read_bytes()
@@ -222,7 +225,7 @@ def test_interrupted_evaluate_leaves_no_half_written_file(pair, tmp_path, monkey
     def interrupt(a, b):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(paired.PAIRED_FUNCTIONS, "ssim", interrupt)
+    paired_compute(monkeypatch, "ssim", interrupt)
     with pytest.raises(KeyboardInterrupt):
         evaluate_runs([q_dir], metrics=["psnr", "ssim"], weights_dir=str(tmp_path))
     assert (q_dir / "metrics.json").read_bytes() == before
@@ -235,7 +238,7 @@ def test_interrupted_evaluate_leaves_no_half_written_file(pair, tmp_path, monkey
             tmp.write_text(json.dumps(obj)[:50])  # half a file, then the interrupt
             raise KeyboardInterrupt
 
-    monkeypatch.setitem(paired.PAIRED_FUNCTIONS, "ssim", lambda a, b: 0.5)
+    paired_compute(monkeypatch, "ssim", lambda a, b: 0.5)
     monkeypatch.setattr(runstore, "atomic_write_json", die_while_writing)
     with pytest.raises(KeyboardInterrupt):
         evaluate_runs([q_dir], metrics=["ssim"], weights_dir=str(tmp_path))

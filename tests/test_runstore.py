@@ -163,3 +163,43 @@ def test_a_claim_excludes_others_and_dies_with_its_process(tmp_path):
     again = rs.claim_run(run, "generate")
     assert again is not None
     again.release()
+
+
+# ------------------------------------------------------------------------------- run records
+
+
+def test_run_record_reads_model_recipe_prompt_seed_and_tiny_shapes(tmp_path):
+    new = rs.RunRecord.of(tmp_path, {"model": {"name": "wan-x", "family": "wan"}, "recipe": {"name": "sage"},
+                                     "prompt": "a cat", "seed": "3", "steps": 12})
+    assert (new.model, new.family, new.recipe, new.prompt, new.seed, new.steps) == ("wan-x", "wan", "sage", "a cat", 3, 12)
+    assert new.identified and not new.is_tiny_shapes
+    old = rs.RunRecord.of(tmp_path, {"model": "tiny-shapes", "recipe": "fp16", "prompt": "p", "seed": 0})
+    assert (old.model, old.family, old.recipe) == ("tiny-shapes", None, "fp16") and old.is_tiny_shapes
+    assert rs.RunRecord.of(tmp_path, {"model": {"name": "mine", "family": "tiny-shapes"}}).is_tiny_shapes
+    for meta in ({"model": "m", "recipe": "r", "prompt": "p"}, {"model": "m", "recipe": "r", "prompt": 3, "seed": 0},
+                 {"model": "m", "prompt": "p", "seed": 0}, {"model": "m", "recipe": "r", "prompt": "p", "seed": "x"}):
+        assert not rs.RunRecord.of(tmp_path, meta).identified, meta
+    assert rs.read_run(tmp_path / "nothing-here") is None
+
+
+def _run(out, recipe, *, prompt="a red circle", seed=0, steps=2, model="tiny-shapes"):
+    d = rs.run_dir(out, model, recipe, prompt, seed)
+    rs.atomic_write_json(d / "meta.json", {"model": {"name": model, "family": model}, "recipe": {"name": recipe},
+                                           "prompt": prompt, "seed": seed, "steps": steps, "guidance": 1.0,
+                                           "size": {"height": 8, "width": 8, "frames": 2}})
+    return rs.read_run(d.resolve())
+
+
+def test_baseline_is_the_fp16_run_of_the_same_prompt_seed_and_settings(tmp_path):
+    out = tmp_path / "runs"
+    base, q = _run(out, "fp16"), _run(out, "sage")
+    assert rs.output_root(q.dir) == out.resolve()
+    assert rs.find_baseline(q, "fp16").dir == base.dir            # beside it, without being told
+    assert rs.find_baseline(base, "fp16") is None                  # a baseline run is not its own baseline
+    assert rs.find_baseline(base, "fp16", [base]) is None
+    other_seed = _run(out, "sage", seed=1)
+    assert rs.find_baseline(other_seed, "fp16") is None
+    more_steps = _run(tmp_path / "elsewhere", "sage", steps=4)
+    assert rs.find_baseline(more_steps, "fp16", [base]) is None    # same prompt and seed, other steps
+    moved = _run(tmp_path / "moved", "sage")                        # no fp16 beside it: found among the runs given
+    assert rs.find_baseline(moved, "fp16", [q, base]).dir == base.dir

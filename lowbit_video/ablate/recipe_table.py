@@ -274,7 +274,7 @@ def _paper_table(paper: list[dict]) -> list[str]:
     extra = [k for k in paper[0] if k not in cols and k not in ("model", "config")]
     head = ["Model", "Configuration", *extra, *(compare.label(c) for c in cols)]
     body = [[str(x.get("model", "")), str(x.get("config", "")), *(str(x.get(k, "")) for k in extra),
-             *((_fmt(x[c], 2 if c in ("psnr", "mse") else 4) if compare.is_number(x[c]) else str(x[c])) if c in x
+             *((_fmt(x[c], compare.decimals(c)) if compare.is_number(x[c]) else str(x[c])) if c in x
                else "–" for c in cols)]
             for x in paper]
     return ["The paper's rows (for reference):", "", md_table(head, body, align=["l"] * (2 + len(extra)) + ["r"] * len(cols))]

@@ -26,11 +26,12 @@ class Scored:
 
 def applicable_metrics(metrics: Sequence[str], model: str) -> list[str]:
     """The study's metrics that apply to `model` (adherence: the tiny-shapes model only)."""
-    from ..generate import is_tiny_shapes
+    from ..metrics.registry import find_metric
     from ..models.registry import get_model_info
 
-    tiny = is_tiny_shapes(get_model_info(model))
-    return [m for m in metrics if tiny or m != "adherence"]
+    info = get_model_info(model)
+    applies = {m: (spec := find_metric(m)) is None or spec.applies_to(info.name, info.family) for m in metrics}
+    return [m for m in metrics if applies[m]]
 
 
 def generate_and_score(r: Resolved, *, baseline: str, recipes: Sequence[str], metrics: Sequence[str],

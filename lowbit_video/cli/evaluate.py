@@ -26,19 +26,12 @@ def _fmt(v: Any) -> str:
 
 def _availability(root: Path) -> dict:
     """{metric: "available" | {"unavailable": reason}} for every registered metric under `root`."""
-    from ..metrics import lpips_metric
+    from ..evaluate import metric_unavailable
     from ..metrics.registry import list_metrics
 
     out: dict[str, Any] = {}
     for m in list_metrics():
-        if m.name == "lpips":
-            why = lpips_metric.unavailable(root)
-        elif m.kind == "vbench":
-            from ..evaluate import _vbench_unavailable
-
-            why = _vbench_unavailable(m.name, root)
-        else:
-            why = None
+        why = metric_unavailable(m, root)
         out[m.name] = "available" if why is None else {"unavailable": why}
     return out
 
@@ -225,8 +218,6 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def metrics_list(weights_dir: Optional[str] = WeightsDirOpt, as_json: bool = JsonOpt) -> None:
         """List the metrics evaluate knows: kind, what each needs, and whether it can run here."""
-        from dataclasses import asdict
-
         from rich.table import Table
 
         from ..metrics.registry import list_metrics
@@ -234,7 +225,7 @@ def register(app: typer.Typer) -> None:
 
         root = weights_root(weights_dir)
         avail = _availability(root)
-        rows = [{**asdict(m), "status": avail[m.name]} for m in list_metrics()]
+        rows = [{**m.listing(), "status": avail[m.name]} for m in list_metrics()]
         if as_json:
             print_json({"root": str(root), "metrics": rows})
             return

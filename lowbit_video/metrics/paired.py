@@ -85,6 +85,4 @@ def mse(frames: np.ndarray, reference: np.ndarray) -> float:
     return float(np.mean(((a - b) * 255.0) ** 2, axis=(1, 2, 3)).mean())
 
 
-PAIRED_FUNCTIONS = {"psnr": psnr, "ssim": ssim, "cosine": cosine, "mse": mse}
-
-__all__ = ["PAIRED_FUNCTIONS", "as_unit", "cosine", "mse", "psnr", "psnr_cap", "ssim"]
+__all__ = ["as_unit", "cosine", "mse", "psnr", "psnr_cap", "ssim"]

@@ -40,69 +40,73 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-# Dimensions VBench can score in `custom_input` mode (free-text prompts) ...
-CUSTOM_DIMENSIONS: tuple[str, ...] = (
-    "subject_consistency",
-    "background_consistency",
-    "temporal_flickering",
-    "motion_smoothness",
-    "dynamic_degree",
-    "aesthetic_quality",
-    "imaging_quality",
-    "human_action",
-    "temporal_style",
-    "overall_consistency",
-)
 
-# ... and those `VBench.build_full_info_json(mode="custom_input")` rejects (vbench/__init__.py): they
-# need VBench's own prompt suite with its auxiliary info (object names, colours, scenes, styles), and
-# are scored in standard mode on runs whose prompt the suite lists for them.
-STANDARD_ONLY: tuple[str, ...] = (
-    "object_class", "multiple_objects", "color", "spatial_relationship", "scene", "appearance_style",
+@dataclass(frozen=True)
+class Dimension:
+    """One VBench dimension: its column label, what it measures, the python modules it imports (beyond
+    torch/torchvision/numpy and _COMMON_DEPS), whether VBench scores it only in standard mode, and
+    whether `check-imports` fails when it does not import (core)."""
+
+    name: str
+    label: str
+    description: str
+    deps: tuple[str, ...] = ()
+    standard_only: bool = False
+    core: bool = False
+
+
+# The dimensions VBench scores in `custom_input` mode (free-text prompts) first, then those
+# `VBench.build_full_info_json(mode="custom_input")` rejects (vbench/__init__.py): they need VBench's
+# own prompt suite with its auxiliary info (object names, colours, scenes, styles), and are scored in
+# standard mode on runs whose prompt the suite lists for them.
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("subject_consistency", "Subject",
+              "VBench: DINO ViT-B/16 feature similarity to the first and previous frame", core=True),
+    Dimension("background_consistency", "Background",
+              "VBench: CLIP ViT-B/32 feature similarity to the first and previous frame", ("clip", "ftfy", "regex"),
+              core=True),
+    Dimension("temporal_flickering", "Flicker",
+              "VBench formula, no static filter: (255 - mean |frame_t - frame_t+1|) / 255 on the mp4", core=True),
+    Dimension("motion_smoothness", "Motion", "VBench: AMT-S frame-interpolation error of the odd frames",
+              ("omegaconf", "yaml"), core=True),
+    Dimension("dynamic_degree", "Dynamic", "VBench: RAFT optical flow says whether the video moves (1.0) or not (0.0)",
+              ("easydict", "scipy"), core=True),
+    Dimension("aesthetic_quality", "Aesthetic", "VBench: LAION aesthetic predictor on CLIP ViT-L/14 features, /10",
+              ("clip", "ftfy", "regex"), core=True),
+    Dimension("imaging_quality", "Imaging", "VBench: MUSIQ (SPAQ) per-frame quality, /100", ("pyiqa", "scipy", "yaml"),
+              core=True),
+    Dimension("human_action", "Action",
+              "VBench: UMT Kinetics-400 top-5 contains the action named in the prompt (1.0/0.0)", ("timm", "einops")),
+    Dimension("temporal_style", "T. style", "VBench: ViCLIP video-text similarity", ("einops", "ftfy", "regex", "timm")),
+    Dimension("overall_consistency", "Overall", "VBench: ViCLIP video-text similarity",
+              ("einops", "ftfy", "regex", "timm")),
+    Dimension("object_class", "Object",
+              "VBench standard mode (suite prompts): GRiT detects the prompted object, fraction of frames",
+              ("detectron2",), standard_only=True),
+    Dimension("multiple_objects", "Multi-obj",
+              "VBench standard mode (suite prompts): GRiT detects both prompted objects, fraction of frames",
+              ("detectron2",), standard_only=True),
+    Dimension("color", "Color", "VBench standard mode (suite prompts): GRiT caption gives the object the prompted colour",
+              ("detectron2",), standard_only=True),
+    Dimension("spatial_relationship", "Spatial",
+              "VBench standard mode (suite prompts): GRiT boxes in the prompted left/right/top/bottom relation",
+              ("detectron2",), standard_only=True),
+    Dimension("scene", "Scene",
+              "VBench standard mode (suite prompts): Tag2Text caption names the prompted scene, fraction of frames",
+              ("timm", "transformers"), standard_only=True),
+    Dimension("appearance_style", "Style",
+              "VBench standard mode (suite prompts): CLIP ViT-B/32 similarity to the prompted style, /100",
+              ("clip", "ftfy", "regex"), standard_only=True),
 )
+CUSTOM_DIMENSIONS: tuple[str, ...] = tuple(d.name for d in DIMENSIONS if not d.standard_only)
+STANDARD_ONLY: tuple[str, ...] = tuple(d.name for d in DIMENSIONS if d.standard_only)
 VBENCH_DIMENSIONS: tuple[str, ...] = CUSTOM_DIMENSIONS + STANDARD_ONLY
+CORE_DIMENSIONS: tuple[str, ...] = tuple(d.name for d in DIMENSIONS if d.core)
+DESCRIPTIONS: dict[str, str] = {d.name: d.description for d in DIMENSIONS}
 
-DESCRIPTIONS: dict[str, str] = {
-    "subject_consistency": "VBench: DINO ViT-B/16 feature similarity to the first and previous frame",
-    "background_consistency": "VBench: CLIP ViT-B/32 feature similarity to the first and previous frame",
-    "temporal_flickering": "VBench formula, no static filter: (255 - mean |frame_t - frame_t+1|) / 255 on the mp4",
-    "motion_smoothness": "VBench: AMT-S frame-interpolation error of the odd frames",
-    "dynamic_degree": "VBench: RAFT optical flow says whether the video moves (1.0) or not (0.0)",
-    "aesthetic_quality": "VBench: LAION aesthetic predictor on CLIP ViT-L/14 features, /10",
-    "imaging_quality": "VBench: MUSIQ (SPAQ) per-frame quality, /100",
-    "human_action": "VBench: UMT Kinetics-400 top-5 contains the action named in the prompt (1.0/0.0)",
-    "temporal_style": "VBench: ViCLIP video-text similarity",
-    "overall_consistency": "VBench: ViCLIP video-text similarity",
-    "object_class": "VBench standard mode (suite prompts): GRiT detects the prompted object, fraction of frames",
-    "multiple_objects": "VBench standard mode (suite prompts): GRiT detects both prompted objects, fraction of frames",
-    "color": "VBench standard mode (suite prompts): GRiT caption gives the object the prompted colour",
-    "spatial_relationship": "VBench standard mode (suite prompts): GRiT boxes in the prompted left/right/top/bottom "
-                            "relation",
-    "scene": "VBench standard mode (suite prompts): Tag2Text caption names the prompted scene, fraction of frames",
-    "appearance_style": "VBench standard mode (suite prompts): CLIP ViT-B/32 similarity to the prompted style, /100",
-}
-
-# Python modules each dimension imports (beyond torch/torchvision/numpy). `vbench` itself imports
-# decord at import time; cv2 is used by the video readers.
+# `vbench` itself imports decord at import time; cv2 is used by the video readers.
 _COMMON_DEPS: tuple[str, ...] = ("vbench", "decord", "cv2")
-DIMENSION_DEPS: dict[str, tuple[str, ...]] = {
-    "subject_consistency": (),
-    "background_consistency": ("clip", "ftfy", "regex"),
-    "temporal_flickering": (),
-    "motion_smoothness": ("omegaconf", "yaml"),
-    "dynamic_degree": ("easydict", "scipy"),
-    "aesthetic_quality": ("clip", "ftfy", "regex"),
-    "imaging_quality": ("pyiqa", "scipy", "yaml"),
-    "human_action": ("timm", "einops"),
-    "temporal_style": ("einops", "ftfy", "regex", "timm"),
-    "overall_consistency": ("einops", "ftfy", "regex", "timm"),
-    "object_class": ("detectron2",),
-    "multiple_objects": ("detectron2",),
-    "color": ("detectron2",),
-    "spatial_relationship": ("detectron2",),
-    "scene": ("timm", "transformers"),
-    "appearance_style": ("clip", "ftfy", "regex"),
-}
+DIMENSION_DEPS: dict[str, tuple[str, ...]] = {d.name: d.deps for d in DIMENSIONS}
 
 INSTALL_HINT = "scripts/install-vbench.sh"
 WORKER_MODULE = "lowbit_video.metrics.vbench_worker"

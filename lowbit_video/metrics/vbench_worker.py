@@ -41,7 +41,7 @@ import traceback
 import types
 from pathlib import Path
 
-from .vbench import STANDARD_ONLY
+from .vbench import CORE_DIMENSIONS, STANDARD_ONLY
 
 BLOCKED_PROGRAMS = {"wget", "curl", "git", "unzip"}
 VIDEOS_PER_PROMPT = 5  # VBench's standard mode looks for <prompt>-0.mp4 ... <prompt>-4.mp4
@@ -294,10 +294,6 @@ def run(request: dict) -> dict:
             pass
     return {"scores": scores, "aggregates": aggregates, "seconds": seconds, "versions": versions,
             "device": device}
-
-
-CORE_DIMENSIONS = ("subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
-                   "dynamic_degree", "aesthetic_quality", "imaging_quality")
 
 
 def check_imports(dims: list[str]) -> int:

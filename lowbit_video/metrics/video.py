@@ -13,13 +13,6 @@ import numpy as np
 ATTRIBUTES = ("color", "motion", "shape")
 
 
-def is_tiny_shapes(meta: dict) -> bool:
-    model = meta.get("model", {})
-    if isinstance(model, dict):
-        return "tiny-shapes" in (model.get("family"), model.get("name"))
-    return model == "tiny-shapes"
-
-
 def adherence(frames: np.ndarray, prompt: str) -> tuple[float | dict, dict]:
     """(value, details) for one tiny-shapes clip; value is {"unavailable": reason} when not scorable."""
     from ..models.tiny_shapes.adherence import score_clip
@@ -37,4 +30,4 @@ def adherence(frames: np.ndarray, prompt: str) -> tuple[float | dict, dict]:
     return float(np.mean([bool(s[f"{a}_ok"]) for a in ATTRIBUTES])), details
 
 
-__all__ = ["ATTRIBUTES", "adherence", "is_tiny_shapes"]
+__all__ = ["ATTRIBUTES", "adherence"]

@@ -69,18 +69,21 @@ class FileStatus:
     """What `check` found for one manifest entry. `found_sha256` is the file's digest when it was
     hashed (only files with a known hash are hashed); `found_size` its size when present."""
 
-    key: str
+    entry: WeightFile
     path: Path
-    state: str
-    detail: str
-    used_by: tuple[str, ...]
-    expected_sha256: str | None
-    expected_size: int | None
-    source: str
-    relpath: str = ""
+    state: str = "missing"
+    detail: str = ""
     found_sha256: str | None = None
     found_size: int | None = None
     hash_source: str | None = None  # "published" (the manifest's), "recorded" (at fetch time) or None
+
+    # the entry's own fields, as the status reports them
+    key = property(lambda self: self.entry.key)
+    relpath = property(lambda self: self.entry.relpath)
+    used_by = property(lambda self: self.entry.used_by)
+    expected_sha256 = property(lambda self: self.entry.sha256)
+    expected_size = property(lambda self: self.entry.size)
+    source = property(lambda self: self.entry.source)
 
     def to_json(self) -> dict:
         return {"key": self.key, "path": str(self.path), "relpath": self.relpath, "state": self.state,
@@ -254,7 +257,7 @@ def remember_hash(root: str | os.PathLike, path: Path, digest: str) -> None:
 
 def _status(w: WeightFile, root: Path, cache: _HashCache) -> FileStatus:
     path = root / w.relpath
-    st = FileStatus(w.key, path, "missing", "", w.used_by, w.sha256, w.size, w.source, w.relpath)
+    st = FileStatus(w, path)
     if w.kind == "dir":
         if path.is_dir() and any(path.iterdir()):
             st.state, st.detail = "present", "folder present (contents not verified)"
