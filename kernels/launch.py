@@ -178,8 +178,9 @@ def _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments=Non
     """The operands of the row's kernel (a dict of tensors, strides and constexprs): its pre-pass's
     (kernels/operands.py, timed when `st.timed`), or q, k and v as they are where the row has none. gluon: the Gluon
     kernel will run if the operands are 8-bit; qk_fp8 (INT4): Q/K codes as E4M3 (kernels/operands.py)."""
-    if row.dtypes and str(q.dtype).removeprefix("torch.") not in row.dtypes:
-        raise ValueError(f"the {row.name} kernel takes {' or '.join(row.dtypes)} tensors, got {q.dtype}")
+    why = dispatch.refuse_call(row, q, k)  # the input dtypes the row's kernel takes
+    if why:
+        raise ValueError(why)
     dummy_f = _placeholder(q.device, torch.float32)
     if row.prepass is None:
         ops = _as_given(q, k, v, layout, dummy_f)
