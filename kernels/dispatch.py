@@ -1,5 +1,6 @@
 """The kernel dispatch table: which kernel variant runs which recipe, with which settings, and why a recipe is
-refused. `supports()`, `attend`, the model processors, `bench kernels` and the CLI help all read it.
+refused; and the route of each attention call. `supports()`, `route()` (which `attend`, the recipe's custom op and
+the model hooks' call counts all ask), `bench kernels` and the CLI help read it.
 
 Each row (`Variant`) says
 - which recipes it serves: `serves(spec)`, a match on the recipe's AttentionSpec (its kind and formats), never
@@ -7,11 +8,17 @@ Each row (`Variant`) says
   everything else;
 - why its kernel cannot run a recipe it serves (`refuse(spec)`: "" when it can), and the per-call
   constraints (head_dim, GPU generation, input dtype, the video geometry draft recipes need);
-- its default settings per head_dim and recipe (`defaults`), measured on the H200 (results/kernels-h200.md),
-  and which settings (`SETTINGS`) a caller may change;
-- how the recipe behaves beside the kernel: `exact` (plain softmax attention: the model's own kernel runs it),
-  `geometry` (it needs the video token layout: self-attention over every token of the video at once, so no
-  cross-attention and no ring context parallelism), `engine` (the exact CPU engine that computes it: "reference" or "draft").
+- how its kernel is launched: the entry point (`entry`), the operand pre-pass `launch.attention` runs before the
+  kernel (`prepass`, a function of kernels/operands.py) and the kernel family's mode (`mode`, kernels/modes.py);
+- which settings (`settings`) a caller may change; their measured defaults per variant, head_dim and P̃
+  placement are one function, `tuned_defaults` (results/kernels-h200.md);
+- how the recipe behaves beside the kernel: `plain_softmax` (unquantized softmax attention: torch SDPA, the
+  model's own kernel, runs it), `geometry` (it needs the video token layout: self-attention over every token of
+  the video at once, so no cross-attention and no ring context parallelism), `engine` (the exact CPU engine that
+  computes it: "reference" or "draft").
+
+Adding a kernel variant: its row here (and its line in `tuned_defaults`), its pre-pass in kernels/operands.py and
+its mode in the kernel (kernels/modes.py, kernels/_core.py).
 
 Pure Python: importing it loads neither triton nor the kernels (the CLI reads it on every start).
 """
@@ -22,9 +29,11 @@ import functools
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from lowbit_video.recipes import MX_RULES, AttentionSpec, Recipe, available_recipes, load_recipe
+
+from .modes import MODE_DENSE, MODE_INT4, MODE_MX, MODE_NVFP4, MODE_SAGE
 
 KEY_TILE = 128  # keys per kernel tile = the recipes' tile_k (P̃ is quantized against the same running maximum)
 QUERY_GROUP = 128  # the INT4 / NVFP4 query tile = their Q-smoothing group (one q mean per program)
@@ -79,8 +88,6 @@ SETTINGS = {s.name: s.type for s in ATTENTION_SETTINGS}
 DRAFT_KEYS = {s.name: s.type for s in DRAFT_SETTINGS}
 # settings only the Triton kernel has: one of them selects it (GLUON off) unless GLUON=true is also given (refused)
 TRITON_ONLY = ("BLOCK_M", "num_warps", "PIPE", "PQ")
-# the draft kernel's measured defaults (H200, wan-720p; results/kernels-h200.md, draft section)
-DRAFT_DEFAULTS = {"GLUON": True, "num_warps": 4, "NUM_STAGES": 3, "PROMOTE": True, "prepass_warps": 4}
 GLUON_DRAFT_STAGES = {64: 4, 128: 2}  # what fits the Gluon kernel's shared memory (two rings, three Q tiles each)
 
 
@@ -88,6 +95,47 @@ def settings_help(draft: bool = False) -> str:
     """One line per setting, for `--help` and the README."""
     return "; ".join(f"{s.name} ({s.type.__name__}): {s.help}" for s in (DRAFT_SETTINGS if draft else
                                                                          ATTENTION_SETTINGS))
+
+
+# ------------------------------------------------------------------------------------------ tuned defaults
+
+
+def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
+    """Every measured default setting of a row's kernel, in one function of the variant, the head_dim and the
+    recipe's P̃ placement (the shape of flash-attention's hopper/tile_size.h). Measured on the H200
+    (results/kernels-h200.md, "Where the time goes" and the draft section; the losing alternatives:
+    kernels/README.md).
+
+    BLOCK_M changes no numerics of MXFP4 / sage2 (their scales are per token or per 128-token tile); it is the INT4 /
+    NVFP4 Q-smoothing group. PIPE pays off where the per-element work is heavy (MXFP4 and INT4 P̃ quantization).
+    GLUON: the warp-specialized kernel where it applies, faster than the Triton kernel for every 8-bit recipe.
+    EARLY_QK and WORK_LOOP: faster for sage2-int8, INT4 and the PNQ MXFP4 recipes, slower (3-9 %) for the MXFP4
+    recipes that place P̃ directly, so they follow the placement. The attention kernels measured their best at the
+    same settings for head_dim 64 and 128; the draft Gluon kernel's K/V stages are as many as fit its shared memory
+    at the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it, runs
+    `DRAFT_TRITON_STAGES`)."""
+    pnq = placement == "pnq"
+    if variant == "dense":
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)
+    if variant == "mx":
+        return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=pnq,
+                    WORK_LOOP=pnq)
+    if variant == "sage":
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
+                    WORK_LOOP=True)
+    if variant == "int4":
+        # QK_FP8 None: E4M3 codes where the Gluon kernel runs (the Triton kernel measured 5 % slower with them)
+        return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=None, GLUON=True,
+                    DEFER=True, EARLY_QK=True, WORK_LOOP=True)
+    if variant == "nvfp4":
+        return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, PIPE=False)  # PIPE: out of shared memory
+    if variant == "draft":
+        return dict(GLUON=True, num_warps=4, NUM_STAGES=GLUON_DRAFT_STAGES.get(head_dim, 2), PROMOTE=True,
+                    prepass_warps=4)
+    raise ValueError(f"variant {variant!r} has no kernel settings")
+
+
+DRAFT_TRITON_STAGES = 3  # the Triton draft kernel's K/V stages (see `tuned_defaults`)
 
 
 # ------------------------------------------------------------------------------------------- the rows
@@ -159,41 +207,6 @@ def _refuse_draft(spec) -> str:
     return "" if spec.draft.block == 64 else f"draft kernel: 64-token region blocks (recipe block {spec.draft.block})"
 
 
-# Measured defaults (results/kernels-h200.md, "Where the time goes"; the losing alternatives: kernels/README.md).
-# BLOCK_M changes no numerics of MXFP4 / sage2 (their scales are per token or per 128-token tile); it is the INT4 /
-# NVFP4 Q-smoothing group. PIPE pays off where the per-element work is heavy (MXFP4 and INT4 P̃ quantization).
-# GLUON: the warp-specialized kernel where it applies, faster than the Triton kernel for every 8-bit recipe.
-# EARLY_QK and WORK_LOOP: faster for sage2-int8, INT4 and the PNQ MXFP4 recipes, slower (3-9 %) for the MXFP4
-# recipes that place P̃ directly, so they follow the placement.
-def _defaults_dense(head_dim, placement):
-    return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)
-
-
-def _defaults_mx(head_dim, placement):
-    pnq = placement == "pnq"
-    return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=pnq,
-                WORK_LOOP=pnq)
-
-
-def _defaults_sage(head_dim, placement):
-    return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
-                WORK_LOOP=True)
-
-
-def _defaults_int4(head_dim, placement):
-    # QK_FP8 None: E4M3 codes where the Gluon kernel runs (the Triton kernel measured 5 % slower with them)
-    return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=None, GLUON=True,
-                DEFER=True, EARLY_QK=True, WORK_LOOP=True)
-
-
-def _defaults_nvfp4(head_dim, placement):
-    return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, PIPE=False)  # PIPE: out of shared memory
-
-
-def _defaults_draft(head_dim, placement):
-    return dict(DRAFT_DEFAULTS)
-
-
 def _no_kernel(spec) -> str:
     if spec.kind != "quantized":
         return f"kind {spec.kind!r} has no kernel"
@@ -206,44 +219,48 @@ class Variant:
     description: str  # which recipes, in words (for --help and the README)
     serves: Callable[[AttentionSpec], bool]
     refuse: Callable[[AttentionSpec], str]
-    defaults: Callable[[int, str], dict] | None = None  # (head_dim, P̃ placement) -> settings; None: no kernel
-    entry: str = "launch:attention"  # module:function of the kernel call (module under lowbit_video.kernels)
+    entry: str | None = "launch:attention"  # module:function of the kernel call (module under lowbit_video.kernels);
+    #                                         None: no kernel (the engine runs the row's recipes)
+    prepass: str | None = None  # module:function of the operand pre-pass `launch.attention` runs (kernels/operands.py);
+    #                             None: the kernel reads q, k and v as they are
+    mode: int | None = None  # the kernel family's MODE for this row (kernels/modes.py)
     settings: tuple[str, ...] = ()
     capability: tuple[int, int] = FP8_CAPABILITY  # the oldest GPU it runs on: the 8-bit ones need FP8 MMAs
     dtypes: tuple[str, ...] = ()  # the input dtypes the kernel takes; () = any floating type
-    exact: bool = False
+    plain_softmax: bool = False
     geometry: bool = False
     engine: str = "reference"
-    in_attend: bool = True  # attend runs this kernel (dense: torch SDPA, in the input dtype, is faster)
     gluon: bool = False  # the Gluon kernel (kernels/gluon_ws.py) has a mode for it (setting GLUON)
     block_m: int | None = None  # the query tile the variant needs (its Q-smoothing group), if any
+    smooths_k: bool = False  # its pre-pass subtracts K's mean whatever the recipe says (sage2's), so the LSE adds it
 
     @property
     def has_kernel(self) -> bool:
-        return self.defaults is not None
+        return self.entry is not None
 
 
 _ATTN = tuple(s.name for s in ATTENTION_SETTINGS)
 VARIANTS = (
     Variant("dense", "unquantized attention (fp16): the 16-bit kernel; attend runs torch SDPA instead",
-            lambda s: s.kind == "dense", lambda s: "", _defaults_dense, settings=_ATTN, capability=(0, 0),
-            dtypes=("float16", "bfloat16"), exact=True, in_attend=False),
+            lambda s: s.kind == "dense", lambda s: "", mode=MODE_DENSE, settings=_ATTN, capability=(0, 0),
+            dtypes=("float16", "bfloat16"), plain_softmax=True),
     Variant("mx", "MXFP4 everywhere (mxattention and its ablations, mxfp4-ocp, mxfp4-tfs): Q/K folded into E4M3, "
             "P̃ quantized in the kernel", lambda s: s.kind == "quantized" and _formats(s) == ["mxfp4"] * 4,
-            _refuse_mx, _defaults_mx, settings=_ATTN, gluon=True),
+            _refuse_mx, prepass="operands:mx_operands", mode=MODE_MX, settings=_ATTN, gluon=True),
     Variant("sage", "INT8 Q/K, FP8 V and P̃ (sage2-int8)",
             lambda s: s.kind == "quantized" and _formats(s) == ["int8", "int8", "fp8_e4m3", "fp8_e4m3"],
-            _refuse_sage, _defaults_sage, settings=_ATTN, gluon=True),
+            _refuse_sage, prepass="operands:sage_operands", mode=MODE_SAGE, settings=_ATTN, gluon=True,
+            smooths_k=True),
     Variant("int4", "INT4 everywhere (rotateattention-*, int4-baseline): integer codes on exact MMAs",
-            lambda s: s.kind == "quantized" and _formats(s) == ["int4"] * 4, _refuse_int4, _defaults_int4,
-            settings=_ATTN, gluon=True, block_m=QUERY_GROUP),
+            lambda s: s.kind == "quantized" and _formats(s) == ["int4"] * 4, _refuse_int4,
+            prepass="operands:int4_operands", mode=MODE_INT4, settings=_ATTN, gluon=True, block_m=QUERY_GROUP),
     Variant("nvfp4", "NVFP4 everywhere (nvfp4, sage-nvfp4): exact 16-bit MMAs on E2M1·E4M3 values",
-            lambda s: s.kind == "quantized" and _formats(s) == ["nvfp4"] * 4, _refuse_nvfp4, _defaults_nvfp4,
-            settings=_ATTN, block_m=QUERY_GROUP),
+            lambda s: s.kind == "quantized" and _formats(s) == ["nvfp4"] * 4, _refuse_nvfp4,
+            prepass="operands:nvfp4_operands", mode=MODE_NVFP4, settings=_ATTN, block_m=QUERY_GROUP),
     Variant("draft", "DraftAttention2 (kind draft): block-sparse, mixed 16/8/4-bit, 64-token region blocks",
-            lambda s: s.kind == "draft", _refuse_draft, _defaults_draft, entry="draft:draft_attention",
-            settings=tuple(DRAFT_KEYS), dtypes=("float16", "bfloat16"), geometry=True, engine="draft"),
-    Variant("reference", "any other recipe: no kernel, the reference engine", lambda s: True, _no_kernel),
+            lambda s: s.kind == "draft", _refuse_draft, entry="draft:draft_attention", settings=tuple(DRAFT_KEYS),
+            dtypes=("float16", "bfloat16"), geometry=True, engine="draft"),
+    Variant("reference", "any other recipe: no kernel, the reference engine", lambda s: True, _no_kernel, entry=None),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 
@@ -304,7 +321,7 @@ def kernel_recipes(kind: str | None = None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------------------- constraints
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=16)
 def _capability(index: int) -> tuple[int, int]:
     import torch
 
@@ -319,7 +336,7 @@ def capability(device) -> tuple[int, int]:
     return _capability(device.index if device.index is not None else torch.cuda.current_device())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1)
 def _triton_installed() -> bool:
     # looked up once: `find_spec` searches sys.path, 20–100 µs of host time on every call otherwise
     return importlib.util.find_spec("triton") is not None
@@ -355,30 +372,77 @@ def refuse_call(row: Variant, q, k, geometry=None) -> str:
     return ""
 
 
-def kernel_runs(spec: AttentionSpec, q, k, geometry=None, return_lse: bool = False) -> bool:
-    """Whether `attend` runs a kernel for these BHND tensors: CUDA, a row with a kernel that attend uses, supported
-    on this device and head_dim, and the call's own constraints met. With return_lse the dense row's kernel runs
-    too (torch SDPA returns no log-sum-exp)."""
+def kernel_refusal(spec: AttentionSpec, q, k, geometry=None) -> str:
+    """Why the kernel of `spec`'s row cannot take this call of BHND tensors ("" when it can): CUDA tensors, a row
+    with a kernel supported on this device and head_dim, and the call's own constraints (`refuse_call`)."""
     if not q.is_cuda:
-        return False
-    row = variant_of(spec)
-    return ((row.in_attend or return_lse) and supports(spec, q.device, q.shape[-1])[0]
-            and not refuse_call(row, q, k, geometry))
+        return "kernels run on CUDA devices only"
+    ok, why = supports(spec, q.device, q.shape[-1])
+    return why if not ok else refuse_call(variant_of(spec), q, k, geometry)
 
 
-@functools.lru_cache(maxsize=None)
-def _entry_function(entry: str):
-    """The function a row's entry ("module:function" in this package) names, imported once."""
+class Route(NamedTuple):
+    """How one attention call runs, as `route` decided it.
+
+    path: "kernel" (the row's kernel, `run_kernel`), "sdpa" (torch SDPA: the plain-softmax row), "cpu" (the float32
+        CPU path of the row's engine) or "engine" (the float64 engine, `row.engine`); "" while torch.compile traces
+        a call of the custom op, which asks again when it runs (the device checks are host work dynamo does not
+        trace).
+    reason: why no kernel takes the call ("" on the kernel and SDPA paths).
+    op: the call goes through the recipe's custom op (attention/custom_op.py: one opaque node under torch.compile):
+        `attend`'s calls without diagnostics or LSE of a recipe that is not plain softmax, on backend "auto"."""
+
+    path: str
+    row: Variant
+    reason: str = ""
+    op: bool = False
+
+
+def route(spec: AttentionSpec, q, k, *, backend: str = "auto", geometry=None, return_lse: bool = False,
+          return_diagnostics: bool = False, autograd: bool = False) -> Route:
+    """The route of one `attend` call of BHND q, k (attention/api.py documents the rules): a forced backend or
+    diagnostics -> the CPU path or the engine; backend "auto" -> the row's kernel where one takes the call (with
+    return_lse the plain-softmax row's 16-bit kernel too: torch SDPA returns no LSE), else torch SDPA for plain
+    softmax, else the CPU path for CPU tensors and the engine on a GPU. autograd: autograd records the call; only
+    torch SDPA has gradients, so a plain-softmax call stays there (`attend` refuses any other such call). The
+    custom op and the model hooks' call counts ask the same function."""
+    import torch
+
+    tracing = torch.compiler.is_compiling()
+    # the row, cached per spec; traced afresh under torch.compile (dynamo does not honour lru caches, and warns)
+    row = (variant_of.__wrapped__ if tracing else variant_of)(spec)
+    if backend == "cpu" and not return_diagnostics:
+        return Route("cpu", row, "backend 'cpu'")
+    if backend != "auto" or return_diagnostics:
+        return Route("engine", row, "return_diagnostics" if return_diagnostics else f"backend {backend!r}")
+    if return_lse:  # ring attention's call: the kernel with the LSE its epilogue writes
+        why = "autograd records the call" if autograd else kernel_refusal(spec, q, k, geometry)
+        if not why:
+            return Route("kernel", row)
+        if row.plain_softmax:
+            return Route("sdpa", row)
+        return Route("engine" if q.is_cuda else "cpu", row, why)
+    if row.plain_softmax:
+        return Route("sdpa", row)
+    if tracing:
+        return Route("", row, op=True)
+    why = kernel_refusal(spec, q, k, geometry)
+    return Route(("engine" if q.is_cuda else "cpu") if why else "kernel", row, why, op=True)
+
+
+@functools.lru_cache(maxsize=32)
+def entry_function(entry: str):
+    """The function a row's entry or pre-pass ("module:function" in this package) names, imported once."""
     module, function = entry.split(":")
     return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 def run_kernel(spec: AttentionSpec, q, k, v, *, scale=None, rope_segments=None, geometry=None,
                return_lse: bool = False):
-    """The row's kernel on BHND tensors (the caller checked `kernel_runs`); with return_lse (out, lse), lse fp32
+    """The row's kernel on BHND tensors (the caller's route said "kernel"); with return_lse (out, lse), lse fp32
     (B, H, Nq) written by the kernel's epilogue (every kernel writes it)."""
     row = variant_of(spec)
-    fn = _entry_function(row.entry)
+    fn = entry_function(row.entry)
     extra = {"geometry": geometry} if row.geometry else {"rope_segments": rope_segments}
     if return_lse:
         extra["return_lse"] = True
@@ -420,7 +484,7 @@ def merged_config(variant: str, head_dim: int, config: dict | None, placement: s
     return _merged(variant, head_dim, config, placement)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
 def _checked_defaults(variant: str, head_dim: int, placement: str) -> dict:
     return _merged(variant, head_dim, None, placement)
 
@@ -429,7 +493,7 @@ def _merged(variant: str, head_dim: int, config: dict | None, placement: str) ->
     row = BY_NAME[variant]
     if row.entry != "launch:attention":
         raise ValueError(f"no attention-kernel configuration for variant {variant!r}")
-    defaults = row.defaults(head_dim, placement)
+    defaults = tuned_defaults(variant, head_dim, placement)
     cfg = with_overrides(defaults, config, SETTINGS, "kernel config")
     asked = config or {}
     triton_keys = [key for key in asked if key in TRITON_ONLY]
@@ -479,25 +543,26 @@ def gluon_runs(cfg: dict, has_kpm: bool, promote: bool, device) -> bool:
 
 def draft_config(config: dict | None, head_dim: int) -> dict:
     """The draft kernel's defaults with the caller's overrides, checked. A Triton-only setting (num_warps) or
-    PROMOTE off selects the Triton kernel unless GLUON=true is also given (refused); the Gluon kernel's stage
-    count defaults to what fits its shared memory."""
-    cfg = with_overrides(_defaults_draft(head_dim, ""), config, DRAFT_KEYS, "draft kernel config")
+    PROMOTE off selects the Triton kernel unless GLUON=true is also given (refused); the stage count defaults to
+    the kernel's that runs: what fits the Gluon kernel's shared memory, or the Triton kernel's measured one."""
+    cfg = with_overrides(tuned_defaults("draft", head_dim, ""), config, DRAFT_KEYS, "draft kernel config")
     asked = config or {}
     triton_only = [key for key in ("num_warps",) if key in asked] + (["PROMOTE=false"] if not cfg["PROMOTE"] else [])
     if triton_only and cfg["GLUON"]:
         if asked.get("GLUON"):
             raise ValueError(f"draft kernel config {', '.join(triton_only)} is the Triton kernel's; drop GLUON=true")
         cfg["GLUON"] = False
-    if cfg["GLUON"]:
-        limit = GLUON_DRAFT_STAGES.get(head_dim, 2)
+    limit = GLUON_DRAFT_STAGES.get(head_dim, 2)
+    if not cfg["GLUON"]:
         if "NUM_STAGES" not in asked:
-            cfg["NUM_STAGES"] = limit
-        elif not 2 <= cfg["NUM_STAGES"] <= limit:
-            raise ValueError(f"draft kernel config NUM_STAGES: the Gluon kernel takes 2..{limit} at head_dim "
-                             f"{head_dim}, got {cfg['NUM_STAGES']}")
+            cfg["NUM_STAGES"] = DRAFT_TRITON_STAGES
+    elif not 2 <= cfg["NUM_STAGES"] <= limit:
+        raise ValueError(f"draft kernel config NUM_STAGES: the Gluon kernel takes 2..{limit} at head_dim "
+                         f"{head_dim}, got {cfg['NUM_STAGES']}")
     return cfg
 
 
-__all__ = ["ATTENTION_SETTINGS", "DRAFT_SETTINGS", "KEY_TILE", "QUERY_GROUP", "SETTINGS", "VARIANTS", "Variant",
-           "attention_spec", "draft_config", "gluon_runs", "kernel_recipes", "kernel_runs", "load_cached",
-           "merged_config", "refusal", "refuse_call", "run_kernel", "settings_help", "supports", "variant_of"]
+__all__ = ["ATTENTION_SETTINGS", "DRAFT_SETTINGS", "KEY_TILE", "QUERY_GROUP", "SETTINGS", "VARIANTS", "Route",
+           "Variant", "attention_spec", "draft_config", "entry_function", "gluon_runs", "kernel_recipes",
+           "kernel_refusal", "load_cached", "merged_config", "refusal", "refuse_call", "route", "run_kernel",
+           "settings_help", "supports", "tuned_defaults", "variant_of"]

@@ -620,7 +620,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
 _launch_attn_ws = Launcher(attn_ws_fwd)  # Triton's specialization once per argument signature, not per call
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
 def shared_layout(block: tuple, dtype):
     """The TMA/wgmma shared-memory layout of a `block`-shaped tile of `dtype` (NVMMASharedLayout's default), made
     once per shape and dtype: built on every call, a call's five descriptors took 47–52 µs of host time (17–20 µs

@@ -17,18 +17,23 @@ import triton
 
 from lowbit_video.errors import refuse_autograd
 from . import dispatch, prepass
-from ._core import LOG2E, MODE_DENSE, MODE_INT4, MODE_MX, MODE_NVFP4, MODE_SAGE, attn_fwd
+from ._core import LOG2E, attn_fwd
 from .dispatch import merged_config
 
 BLOCK_N = dispatch.KEY_TILE
 ENTRY = "launch:attention"  # this module's entry in the dispatch table
+# what a variant's pre-pass (kernels/operands.py) leaves unset: no P̃ rule, P̃ not FP8 and placed directly, no Q
+# smoothing or ΔS table, 15 P̃ levels (affine INT4), no V rotation, P̃ not scaled per row, no exact fallback to run
+OPERAND_DEFAULTS = dict(rule=0, flq=2, qmax=6.0, p_shift=0.0, p_fp8=False, pnq=False, skf=0, sqm=0, plev=15, smq=0,
+                        rotv=False, prow=False, fallback=None)
 
 
 @dataclass
 class KernelStats:
-    """What the last call did about exactness, read from the device by `finalize_stats` (the call itself never
-    waits for the GPU). MXFP4: `qk_inexact_blocks` / `v_inexact_blocks` blocks the E4M3 fold could not hold;
-    when there are any, the call's output is the exact bf16 fallback's (every operand in bf16, the Triton
+    """What one call did about exactness and which kernel ran, for the caller that passes it to `attention(...,
+    stats=)` (nothing is kept otherwise); the device's counts are read by `finalize_stats` (the call itself never
+    waits for the GPU). MXFP4: `qk_inexact_blocks` / `v_inexact_blocks` blocks the E4M3 fold could not hold; when
+    there are any, the call's output is the exact bf16 fallback's (every operand in bf16, the Triton
     kernel): `qk_fallback` and `v_fallback` (V only when it was 8-bit, i.e. not exact_p), and `kernel` says
     "triton". `p_inexact_blocks`: P̃ blocks with exponent < −16 (each weight < 6·2^−17 of the row maximum) whose
     E4M3 encoding rounded in the kernel whose output stands (0 when exact_p=True or in the fallback).
@@ -45,26 +50,18 @@ class KernelStats:
     timed: bool = False  # record CUDA events around the pre-pass (set when the caller passes stats)
 
 
-last_stats = KernelStats()
 
-
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=32)
 def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """One zero element for the kernel arguments a variant does not read (no key padding mask, no ΔS table, ...):
     made once per device and dtype, never written, so a call allocates only what its kernel uses."""
     return torch.zeros((1,), device=device, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=None)
-def _p_shift(static_scale: float) -> float:
-    """−log2 of sage2's static P̃ scale rounded to fp32 (the reference's fp32 scale)."""
-    return -math.log2(float(torch.tensor(static_scale, dtype=torch.float32)))
-
-
-def _spec_and_variant(recipe):
-    """The recipe's AttentionSpec (read once per name, `dispatch.attention_spec`) and the name of the kernel variant
-    that runs it; NotImplementedError (with the reason) for a recipe no kernel runs, ValueError for one whose kernel
-    is another entry point's (draft recipes need the video geometry)."""
+def _spec_and_row(recipe):
+    """The recipe's AttentionSpec (read once per name, `dispatch.attention_spec`) and the dispatch row that runs it;
+    NotImplementedError (with the reason) for a recipe no kernel runs, ValueError for one whose kernel is another
+    entry point's (draft recipes need the video geometry)."""
     spec = dispatch.attention_spec(recipe)
     row = dispatch.variant_of(spec)
     why = dispatch.refusal(spec)
@@ -72,7 +69,7 @@ def _spec_and_variant(recipe):
         raise NotImplementedError(why)
     if row.entry != ENTRY:
         raise ValueError(f"{row.name} recipes run through lowbit_video.kernels.{row.entry.replace(':', '.')}")
-    return spec, row.name
+    return spec, row
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layout: str = "BHND",
@@ -87,7 +84,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     exact_p: run P̂·V in bf16, exact for every P̃ block (default: E4M3, exact for blocks ≥ 2^−16).
     promote: add each key tile's FP8 P̂·V product to the fp32 output accumulator (Hopper's FP8 MMA
         accumulates with fewer than 32 bits); False keeps the running output inside the MMA.
-    stats: filled with what was done about exactness (also kept in `last_stats`).
+    stats: a KernelStats to fill with what was done about exactness and which kernel ran (`finalize_stats` reads
+        the device's counts); nothing is kept after the call otherwise.
     rope_segments: the model's RoPE t/h/w split for the "half" rotation (as attend's; default the
         recipe's, else Wan's split of head_dim).
     return_lse: also return each query row's log-sum-exp, fp32 (B, H, Nq) (or (B, Nq, H) for BNHD): the natural
@@ -99,7 +97,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     Inference-only: the kernels have no backward, so a call autograd would record raises InferenceOnlyError.
     """
     refuse_autograd("lowbit_video.kernels.attention", q, k, v)
-    spec, variant = _spec_and_variant(recipe)
+    spec, row = _spec_and_row(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     B, H, Nq, D = prepass._dims(q, layout)
@@ -108,9 +106,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         raise ValueError(f"kernels support head_dim 64 and 128 (q, k and v alike), got {D}")
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     st = stats if stats is not None else KernelStats()
-    st.variant = variant
+    st.variant = row.name
     st.timed = stats is not None
-    cfg = merged_config(variant, D, config, spec.placement)
+    cfg = merged_config(row.name, D, config, spec.placement)
     dev = q.device
 
     if key_padding_mask is not None:
@@ -123,11 +121,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
 
     if cfg.get("DS", "table") not in ("table", "fused"):
         raise ValueError(f"config DS must be 'table' or 'fused', got {cfg['DS']!r}")
-    if variant == "int4" and cfg.get("DS") == "fused" and spec.smooth_q and D > 64:
-        # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
-        raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
     gluon = dispatch.gluon_runs(cfg, key_padding_mask is not None, promote, q.device)
-    prep = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
+    prep = _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
                     gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
     lse = torch.empty((B * H, Nq), device=dev, dtype=torch.float32) if return_lse else None
     out = _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
@@ -135,7 +130,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     if not return_lse:
         return out
     lse = lse.view(B, H, Nq)
-    if variant == "sage" or spec.smooth_k:  # the pre-pass smoothed K (the sage2 pre-pass always does)
+    if row.smooths_k or spec.smooth_k:  # the pre-pass smoothed K
         lse += smoothing_shift(q, k, layout, sm_scale)
     return out, (lse.transpose(1, 2) if layout == "BNHD" else lse)
 
@@ -161,27 +156,6 @@ def _qk_fp8(cfg: dict, gluon: bool) -> bool:
     return bool(cfg["QK_FP8"]) if cfg.get("QK_FP8") is not None else gluon
 
 
-def _mx_operands(q, k, v, spec, layout, exact_p, gluon, B, H, D):
-    """The MXFP4 pre-pass without a host decision: Q, K and V folded into E4M3 (V in bf16 with exact_p), each in the
-    first half of a bf16-sized buffer, and the plan of the exact bf16 fallback (`_run_fallback`), which overwrites
-    those buffers on the device only if a fold counted a block it could not hold. The buffers cost one byte per
-    operand element more than E4M3 alone; the decision costs no host synchronisation (one per call before)."""
-    dev = q.device
-    nq_pad = triton.cdiv(prepass._dims(q, layout)[2], prepass.TILE) * prepass.TILE
-    nk_pad = triton.cdiv(prepass._dims(k, layout)[2], prepass.TILE) * prepass.TILE
-    counts = torch.zeros((4,), device=dev, dtype=torch.int32)  # [Q/K, V fold, P̃ E4M3 kernel, P̃ fallback]
-    qbuf = torch.empty((B * H, nq_pad, D), device=dev, dtype=torch.bfloat16)
-    kbuf = torch.empty((B * H, nk_pad, D), device=dev, dtype=torch.bfloat16)
-    vbuf = torch.empty((B * H, D, nk_pad), device=dev, dtype=torch.bfloat16)
-    qq, kk = prepass.fp8_view(qbuf), prepass.fp8_view(kbuf)
-    vv = vbuf if exact_p else prepass.fp8_view(vbuf)
-    qs, ks, vs = prepass.mx_prepass(q, k, v, layout, spec, counts=counts, qk_out=(qq, kk), v_out=vv,
-                                    operand_order=gluon and not exact_p)
-    fallback = dict(q=q, k=k, v=v, layout=layout, spec=spec, counts=counts, qbuf=qbuf, kbuf=kbuf, vbuf=vbuf,
-                    vs=vs, v_again=not exact_p)
-    return qq, qs, kk, ks, vv, vs, fallback
-
-
 def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse=None):
     """The exact bf16 fallback of an MXFP4 call, after its E4M3 kernel: the gated pre-pass rewrites Q, K (and an
     8-bit V) in bf16 into the same buffers, then the gated Triton kernel overwrites `out` (and `lse`); each launch returns at
@@ -191,104 +165,71 @@ def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pr
                                     gated=True)
     qq, kk, vv = fb["qbuf"], fb["kbuf"], fb["vbuf"]
     vs = vs if fb["v_again"] else fb["vs"]  # (exact_p: V was bf16 already, its exponents 0)
-    P2 = dict(P, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, p_fp8=False,
-              sq=(qq.stride(0) * H, qq.stride(0), qq.stride(1), 1), sk=(kk.stride(0) * H, kk.stride(0), kk.stride(1), 1),
-              sv=(vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2)), sqs=qs.stride(0), sks=ks.stride(0),
-              svs=vs.stride(0))
-    # bf16 K/V tiles are twice the bytes: PIPE's 4 stages do not fit in shared memory (327724 B > 232448 on the
-    # H200), the unpipelined 3-stage loop does
-    cfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
+    ops = dict(qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs)
+    P2 = dict(P, **ops, p_fp8=False, **_buffer_strides(ops, H))
+    cfg = _bf16_tiles(cfg)
     grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), P["qq"].shape[0])
     _attn(grid, P2, out, so, kpm, fb["counts"], skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg,
           cfg["NUM_STAGES"], gated=True, lse=lse)
 
 
-def _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
+def _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
              qk_fp8=False):
-    """The operand pre-pass: what the kernel reads (a dict of tensors, strides and constexprs). gluon: the Gluon
-    kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order (`prepass.operand_key`).
-    qk_fp8 (INT4): Q/K codes as E4M3 rather than int8 (the kernels pick their QKᵀ MMA by that dtype)."""
-    dev = q.device
-    dummy_f = _placeholder(dev, torch.float32)
-    rule, flq, qmax = 0, 2, 6.0
-    p_shift, p_fp8, pnq = 0.0, False, False
-    kf = qm = hv = dummy_f
-    skf = sqm = 0
-    plev, smq, rotv, prow = 15, 0, False, False
-
-    if variant == "dense":
-        mode = MODE_DENSE
-        if q.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError("the dense kernel takes fp16 or bf16 tensors")
-        qq, kk, vv = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        sq = prepass._bhnd_strides(qq, layout)
-        sk = prepass._bhnd_strides(kk, layout)
-        sv4 = prepass._bhnd_strides(vv, layout)
-        sv = (sv4[0], sv4[1], sv4[3], sv4[2])  # (b, h, d, n)
-        qs = ks = vs = dummy_f
-        sqs = sks = svs = 0
+    """The operands of the row's kernel (a dict of tensors, strides and constexprs): its pre-pass's
+    (kernels/operands.py, timed when `st.timed`), or q, k and v as they are where the row has none. gluon: the Gluon
+    kernel will run if the operands are 8-bit; qk_fp8 (INT4): Q/K codes as E4M3 (kernels/operands.py)."""
+    why = dispatch.refuse_call(row, q, k)  # the input dtypes the row's kernel takes
+    if why:
+        raise ValueError(why)
+    dummy_f = _placeholder(q.device, torch.float32)
+    if row.prepass is None:
+        ops = _as_given(q, k, v, layout, dummy_f)
     else:
         timed = q.is_cuda and st.timed
         if timed:
             t0 = torch.cuda.Event(enable_timing=True)
             t1 = torch.cuda.Event(enable_timing=True)
             t0.record()
-        if variant == "mx":
-            mode = MODE_MX
-            qq, qs, kk, ks, vv, vs, fallback = _mx_operands(q, k, v, spec, layout, exact_p, gluon, B, H, D)
-            p_fp8 = vv.dtype == torch.float8_e4m3fn
-            rule, flq, qmax = prepass.rule_params(spec.p)
-            p_shift, pnq = 8.0, spec.placement == "pnq"
-        elif variant == "int4":
-            mode = MODE_INT4
-            qq, qs, qm, kk, ks, kf, vv, vs = prepass.int4_prepass(q, k, v, layout, spec, rope_segments, qk_fp8)
-            smq, rotv = (0 if not spec.smooth_q else 2 if ds == "table" else 1), bool(spec.rotate_v)
-            if smq == 2:
-                kf = prepass.delta_s_table(qm, kf)
-                skf, sqm = kf.stride(0), kf.stride(1)
-            else:
-                skf, sqm = (kf.stride(0) if smq else 0), qm.stride(0)
-            plev = 15 if spec.p.scheme == "affine" else 7
-            pnq = spec.placement == "pnq"
-            if rotv:
-                hv = prepass._sylvester_pm1(D, torch.float32, dev)
-        elif variant == "nvfp4":
-            mode = MODE_NVFP4
-            qq, qs, qm, kk, ks, kf, vv, vs = prepass.nvfp4_prepass(q, k, v, layout, spec)
-            if spec.smooth_q:
-                smq = 2
-                kf = prepass.delta_s_table(qm, kf)
-                skf, sqm = kf.stride(0), kf.stride(1)
-            else:
-                kf = dummy_f
-            pnq, prow = spec.placement == "pnq", spec.p.outer_scale == "row"
-        else:
-            mode = MODE_SAGE
-            qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, operand_order=gluon)
-            p_fp8 = True
-            p_shift = _p_shift(spec.p.static_scale)
+        ops = dispatch.entry_function(row.prepass)(q, k, v, spec, layout, B=B, H=H, D=D, exact_p=exact_p,
+                                                   gluon=gluon, qk_fp8=qk_fp8, ds=ds, rope_segments=rope_segments)
         if timed:
             t1.record()
             st._events = (t0, t1)  # read by finalize_stats (no extra sync on the hot path)
-        sq = (qq.stride(0) * H, qq.stride(0), qq.stride(1), 1)
-        sk = (kk.stride(0) * H, kk.stride(0), kk.stride(1), 1)
-        sv = (vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2))
-        sqs, sks, svs = qs.stride(0), ks.stride(0), vs.stride(0)
+        ops.update(_buffer_strides(ops, H))
+    P = {**OPERAND_DEFAULTS, "kf": dummy_f, "qm": dummy_f, "hv": dummy_f, "mode": row.mode, **ops}
+    P["gluon"] = (gluon and row.gluon and P["qq"].element_size() == 1 and P["vv"].element_size() == 1
+                  and P["smq"] != 1)
+    return P
 
-    use_gluon = (gluon and dispatch.BY_NAME[variant].gluon and qq.element_size() == 1 and vv.element_size() == 1
-                 and smq != 1)
-    if variant != "mx":
-        fallback = None
-    return dict(gluon=use_gluon, fallback=fallback, qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs, sq=sq, sk=sk, sv=sv, sqs=sqs,
-                sks=sks, svs=svs,
-                mode=mode, pnq=pnq, p_fp8=p_fp8, rule=rule, flq=flq, qmax=qmax, p_shift=p_shift,
-                kf=kf, qm=qm, hv=hv, skf=skf, sqm=sqm, plev=plev, smq=smq, rotv=rotv, prow=prow)
+
+def _as_given(q, k, v, layout, dummy_f):
+    """The dense kernel's operands: q, k and v themselves (head_dim made contiguous where it is not), no scales."""
+    qq, kk, vv = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    sv4 = prepass._bhnd_strides(vv, layout)
+    return dict(qq=qq, kk=kk, vv=vv, qs=dummy_f, ks=dummy_f, vs=dummy_f, sq=prepass._bhnd_strides(qq, layout),
+                sk=prepass._bhnd_strides(kk, layout), sv=(sv4[0], sv4[1], sv4[3], sv4[2]),  # (b, h, d, n)
+                sqs=0, sks=0, svs=0)
+
+
+def _buffer_strides(ops: dict, H: int) -> dict:
+    """The (b, h, n, d) strides of a pre-pass's (B·H, N, D) buffers (Vᵀ: (b, h, d, n)) and of its scales."""
+    qq, kk, vv = ops["qq"], ops["kk"], ops["vv"]
+    return dict(sq=(qq.stride(0) * H, qq.stride(0), qq.stride(1), 1),
+                sk=(kk.stride(0) * H, kk.stride(0), kk.stride(1), 1),
+                sv=(vv.stride(0) * H, vv.stride(0), vv.stride(1), vv.stride(2)),
+                sqs=ops["qs"].stride(0), sks=ops["ks"].stride(0), svs=ops["vs"].stride(0))
+
+
+def _bf16_tiles(cfg: dict) -> dict:
+    """The Triton kernel's settings for bf16 K/V tiles (the MXFP4 fallback's, exact_p's V): twice the bytes of 8-bit
+    ones, so PIPE's 4 stages do not fit in shared memory (327724 B > 232448 on the H200); the unpipelined 3-stage
+    loop does."""
+    return dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
 
 
 def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st, lse=None):
     """The kernel on the pre-pass operands into a new output (and, given `lse` (B·H, Nq) fp32, the rows'
     log-sum-exp into it, as the kernel scaled the scores)."""
-    global last_stats
     out = torch.empty_like(q)
     if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -311,7 +252,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         st.kernel = "triton"
         tcfg = cfg
         if P["vv"].element_size() > 1:  # exact_p's bf16 V: as the fallback's tiles (`_run_fallback`)
-            tcfg = dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
+            tcfg = _bf16_tiles(cfg)
         grid = (triton.cdiv(Nq, tcfg["BLOCK_M"]), B * H)
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, tcfg, tcfg["NUM_STAGES"],
               lse=lse)
@@ -319,7 +260,6 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse)
     st._counts = fb["counts"] if fb is not None else None
     st._exact_p = fb is not None and not fb["v_again"]
-    last_stats = st
     return out
 
 
@@ -362,18 +302,18 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
                exact_p: bool = False, promote: bool = True, config: dict | None = None, rope_segments=None):
     """For benchmarks: (prepass, kernel) zero-argument callables whose sequence equals one
     `attention(...)` call; `kernel` reuses the operands of the last `prepass` (one is run here)."""
-    spec, variant = _spec_and_variant(recipe)
+    spec, row = _spec_and_row(recipe)
     B, H, Nq, D = prepass._dims(q, layout)
     Nk = prepass._dims(k, layout)[2]
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    cfg = merged_config(variant, D, config, spec.placement)
-    st = KernelStats(variant=variant)
+    cfg = merged_config(row.name, D, config, spec.placement)
+    st = KernelStats(variant=row.name)
     kpm = _placeholder(q.device, torch.int8)
     box = {}
 
     def run_prepass():
         gluon = dispatch.gluon_runs(cfg, False, promote, q.device)
-        box["prep"] = _prepare(q, k, v, spec, variant, layout, exact_p, st, B, H, D, rope_segments,
+        box["prep"] = _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments,
                                cfg.get("DS", "table"), gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
 
     def run_kernel():

@@ -17,6 +17,7 @@ compares where it is not (smoothed K) and the fp32 quotient lies near a midpoint
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -345,17 +346,17 @@ def mx_cols(v: torch.Tensor, layout: str, op, fp8: bool,
     return _mx_one(v, layout, op, fp8, along_tokens=True, operand_order=operand_order)
 
 
-_PM1 = {}
-
-
 def _sylvester_pm1(d: int, dtype, device) -> torch.Tensor:
-    """The ±1 Sylvester matrix of order d (= sqrt(d) · transforms.hadamard.hadamard_matrix(d))."""
-    key = (d, dtype, str(device))
-    if key not in _PM1:
-        from lowbit_video.transforms.hadamard import hadamard_matrix
+    """The ±1 Sylvester matrix of order d (= sqrt(d) · transforms.hadamard.hadamard_matrix(d)), made once per order,
+    dtype and device (a call copies nothing from the host)."""
+    return _sylvester_on(d, dtype, str(device))
 
-        _PM1[key] = torch.round(hadamard_matrix(d) * math.sqrt(d)).to(dtype=dtype, device=device).contiguous()
-    return _PM1[key]
+
+@functools.lru_cache(maxsize=32)
+def _sylvester_on(d: int, dtype, device: str) -> torch.Tensor:
+    from lowbit_video.transforms.hadamard import hadamard_matrix
+
+    return torch.round(hadamard_matrix(d) * math.sqrt(d)).to(dtype=dtype, device=device).contiguous()
 
 
 @triton.jit
@@ -704,27 +705,25 @@ def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k):
     return vt, sv
 
 
-_ROT = {}
-
-
 def rotation_pm1(kind: str, head_dim: int, segments=None, device=None):
     """(±1/0 fp32 matrix M, constant c, the float64 matrix) on `device`, with M·c == transforms.qk_rotation(kind,
     ...).matrix() (checked), or None for the identity. The pair rotations have entries ±1/√2, the full Hadamard ±1/√D.
     Made once per kind, head_dim, segments and device: a call copies nothing from the host (a pageable copy waits)."""
-    from lowbit_video.transforms import qk_rotation
-
     if kind == "none":
         return None
-    key = (kind, head_dim, tuple(segments or ()), str(device))
-    if key not in _ROT:
-        r = qk_rotation(kind, head_dim, segments).matrix()
-        c = float(r.abs().max())
-        m = torch.round(r / c)
-        if not torch.allclose(m * c, r, rtol=0, atol=1e-15):
-            raise ValueError(f"rotation {kind!r} is not a multiple of a ±1/0 matrix")
-        _ROT[key] = (m.to(torch.float32).to(device).contiguous(), c,
-                     r.to(device).contiguous() if device is not None else r)
-    return _ROT[key]
+    return _rotation_on(kind, head_dim, tuple(segments or ()), None if device is None else str(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _rotation_on(kind: str, head_dim: int, segments: tuple, device: str | None):
+    from lowbit_video.transforms import qk_rotation
+
+    r = qk_rotation(kind, head_dim, segments or None).matrix()
+    c = float(r.abs().max())
+    m = torch.round(r / c)
+    if not torch.allclose(m * c, r, rtol=0, atol=1e-15):
+        raise ValueError(f"rotation {kind!r} is not a multiple of a ±1/0 matrix")
+    return m.to(torch.float32).to(device).contiguous(), c, r.to(device).contiguous() if device is not None else r
 
 
 @triton.jit(do_not_specialize=["n"])

@@ -225,7 +225,7 @@ def test_fp16_gradients_are_those_of_softmax_attention(layout, return_lse):
 @pytest.mark.parametrize("recipe", KERNEL_QUANTIZED)
 def test_gpu_kernel_recipes_refuse_autograd(recipe):
     q, k, v = qkv(n=256, dtype=torch.bfloat16, device="cuda")
-    assert dispatch.kernel_runs(load_recipe(recipe).attention, q, k)  # the kernel is what would run
+    assert dispatch.kernel_refusal(load_recipe(recipe).attention, q, k) == ""  # the kernel is what would run
     assert_refused(lambda: attend(q, k, v, recipe).float().sum().backward())
     assert_refused(lambda: attend(q, k, v, recipe, return_lse=True)[0].float().sum().backward())
 
@@ -236,7 +236,7 @@ def test_gpu_kernel_recipes_refuse_autograd(recipe):
 def test_gpu_draft_kernel_refuses_autograd(recipe):
     geometry = VideoGeometry(2, 8, 16, prefix=0)
     q, k, v = qkv(n=geometry.tokens, dtype=torch.bfloat16, device="cuda")
-    assert dispatch.kernel_runs(load_recipe(recipe).attention, q, k, geometry)
+    assert dispatch.kernel_refusal(load_recipe(recipe).attention, q, k, geometry) == ""
     assert_refused(lambda: attend(q, k, v, recipe, geometry=geometry).float().sum().backward())
     with torch.no_grad():
         assert torch.isfinite(attend(q, k, v, recipe, geometry=geometry)).all()

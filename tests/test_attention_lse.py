@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lowbit_video.attention import attend, exact_attention
-from lowbit_video.attention import api, engines
+from lowbit_video.attention import engines
 from lowbit_video.draft.layout import VideoGeometry
 from lowbit_video.kernels import dispatch
 from lowbit_video.recipes import recipe_from_dict
@@ -110,7 +110,7 @@ def test_draft_cpu_path_lse_matches_the_engine(recipe, geometry):
 
 
 class _CudaLike:
-    """What `kernel_runs` reads of a tensor, as a CUDA bf16 tensor would have it."""
+    """What `dispatch.route` reads of a tensor, as a CUDA bf16 tensor would have it."""
 
     is_cuda = True
     device = "cuda"
@@ -120,7 +120,7 @@ class _CudaLike:
         self.shape = (1, 2, tokens, 64)
 
 
-def test_kernel_runs_for_return_lse_for_every_kernel_recipe(monkeypatch):
+def test_the_route_for_return_lse_is_the_kernel_for_every_kernel_recipe(monkeypatch):
     """No recipe with a kernel is sent to the engine for its LSE; the unquantized recipe takes the 16-bit kernel
     for it (torch SDPA gives no LSE) and SDPA otherwise."""
     monkeypatch.setattr(dispatch, "supports", lambda spec, device=None, head_dim=None: (True, ""))
@@ -130,9 +130,9 @@ def test_kernel_runs_for_return_lse_for_every_kernel_recipe(monkeypatch):
     assert {"fp16", "mxattention", "sage2-int8", "rotateattention-half", "nvfp4", "draftattention2"} <= set(names)
     for name in names:
         spec = dispatch.attention_spec(name)
-        assert dispatch.kernel_runs(spec, t, t, geometry, return_lse=True), name
+        assert dispatch.route(spec, t, t, geometry=geometry, return_lse=True).path == "kernel", name
     fp16 = dispatch.attention_spec("fp16")
-    assert not dispatch.kernel_runs(fp16, t, t) and dispatch.kernel_runs(fp16, t, t, return_lse=True)
+    assert dispatch.route(fp16, t, t).path == "sdpa" and dispatch.route(fp16, t, t, return_lse=True).path == "kernel"
 
 
 @pytest.mark.parametrize("recipe", ["fp16", "mxattention", "sage2-int8", "rotateattention-half", "nvfp4",
@@ -149,11 +149,10 @@ def test_attend_return_lse_takes_the_kernel_path(monkeypatch, recipe):
     def refuse(*a, **kw):
         raise AssertionError("an engine ran")
 
-    monkeypatch.setattr(dispatch, "kernel_runs", lambda spec, q, k, geometry=None, return_lse=False: True)
+    monkeypatch.setattr(dispatch, "kernel_refusal", lambda spec, q, k, geometry=None: "")
     monkeypatch.setattr(dispatch, "run_kernel", run_kernel)
-    for module in (api, engines):
-        monkeypatch.setattr(module, "ENGINES", {"reference": refuse, "draft": refuse})
-        monkeypatch.setattr(module, "CPU_PATHS", {"reference": refuse, "draft": refuse})
+    monkeypatch.setattr(engines, "ENGINES", {"reference": refuse, "draft": refuse})
+    monkeypatch.setattr(engines, "CPU_PATHS", {"reference": refuse, "draft": refuse})
     geometry = VideoGeometry(1, 8, 8, 0)
     q = torch.randn(1, geometry.tokens, 2, 64, generator=torch.Generator().manual_seed(0))  # BNHD
     out, lse = attend(q, q, q, recipe, layout="BNHD", geometry=geometry, return_lse=True)

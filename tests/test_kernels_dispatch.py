@@ -7,6 +7,7 @@ needed except where a test calls a kernel entry point (skipped without it)."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -70,9 +71,9 @@ def test_supports_checks_device_and_head_dim():
 
 def test_row_traits_the_processors_and_attend_read():
     fp16, draft, mx = (dispatch.variant_of(load_recipe(n).attention) for n in ("fp16", "draftattention2", "mxattention"))
-    assert fp16.exact and not fp16.in_attend and not fp16.geometry
-    assert draft.geometry and draft.engine == "draft" and not draft.exact
-    assert not mx.geometry and mx.engine == "reference" and mx.in_attend
+    assert fp16.plain_softmax and not fp16.geometry
+    assert draft.geometry and draft.engine == "draft" and not draft.plain_softmax
+    assert not mx.geometry and mx.engine == "reference" and not mx.plain_softmax
 
 
 def test_kernel_recipes_list_every_recipe_a_kernel_runs_in_table_order():
@@ -146,6 +147,34 @@ def test_nan_inputs_raise_on_cpu_for_every_path():
             attend(q, bad, q, recipe, **kw)
 
 
+def test_route_of_a_call_follows_the_documented_rules(monkeypatch):
+    """`dispatch.route`, which attend, the custom op and the hooks' counts ask, against attend's documented rules:
+    forced backends and diagnostics, plain softmax on torch SDPA (the 16-bit kernel only for an LSE, and never while
+    autograd records), CPU tensors on the CPU path with the reason, and on CUDA the kernel where one takes the call.
+    (path, op): op is whether the call goes through the custom op (no LSE, no diagnostics, backend "auto")."""
+    mx, fp16, draft = (load_recipe(n).attention for n in ("mxattention", "fp16", "draftattention2"))
+
+    def how(spec, t, **kw):
+        r = dispatch.route(spec, t, t, **kw)
+        return r.path, r.op
+
+    cpu = torch.zeros(1, 2, 128, 64)
+    assert how(mx, cpu) == ("cpu", True) and how(mx, cpu, return_lse=True) == ("cpu", False)
+    assert dispatch.route(mx, cpu, cpu).reason == "kernels run on CUDA devices only"
+    assert how(mx, cpu, backend="cpu") == ("cpu", False) and how(mx, cpu, backend="reference") == ("engine", False)
+    assert how(mx, cpu, backend="cpu", return_diagnostics=True) == ("engine", False)
+    assert how(fp16, cpu) == ("sdpa", False) and how(fp16, cpu, return_diagnostics=True) == ("engine", False)
+
+    monkeypatch.setattr(dispatch, "supports", lambda spec, device=None, head_dim=None: (True, ""))
+    gpu = types.SimpleNamespace(is_cuda=True, device="cuda", dtype=torch.bfloat16, shape=(1, 2, 128, 64))
+    assert how(mx, gpu) == ("kernel", True) and how(mx, gpu, return_lse=True) == ("kernel", False)
+    assert how(fp16, gpu) == ("sdpa", False) and how(fp16, gpu, return_lse=True) == ("kernel", False)
+    assert how(fp16, gpu, return_lse=True, autograd=True) == ("sdpa", False)
+    assert how(draft, gpu) == ("engine", True)  # no video geometry given
+    assert dispatch.route(draft, gpu, gpu).reason == ("the draft kernel needs the video geometry of every query and "
+                                                       "key token")
+
+
 def test_the_kernel_path_does_not_check_inputs(monkeypatch):
     """Where a kernel runs, attend adds no pass over Q, K, V and no host sync: a NaN goes to the kernel (here a
     stand-in, so that the path is taken on CPU), which `check_finite` would have refused."""
@@ -153,7 +182,7 @@ def test_the_kernel_path_does_not_check_inputs(monkeypatch):
     from lowbit_video.errors import NonFiniteInputError
 
     ran = []
-    monkeypatch.setattr(dispatch, "kernel_runs", lambda spec, q, k, geometry=None, return_lse=False: True)
+    monkeypatch.setattr(dispatch, "kernel_refusal", lambda spec, q, k, geometry=None: "")
     monkeypatch.setattr(dispatch, "run_kernel", lambda spec, q, k, v, **kw: ran.append(spec) or torch.zeros_like(q))
     q = torch.randn(1, 2, 16, 32, generator=torch.Generator().manual_seed(0))
     q[0, 0, 0, 0] = float("nan")

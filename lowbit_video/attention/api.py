@@ -1,7 +1,8 @@
 """`attend(q, k, v, recipe, layout=...)`: the one call every model integration makes.
 
-No global state: the recipe (a name, a path, or a loaded Recipe) and the backend are arguments. Which kernel or
-engine runs a recipe is the kernel dispatch table's answer (lowbit_video/kernels/dispatch.py); a recipe named by a
+No global state: the recipe (a name, a path, or a loaded Recipe) and the backend are arguments. Which path runs a
+call (a kernel, torch SDPA, the CPU path or an exact engine) is the kernel dispatch table's answer
+(lowbit_video/kernels/dispatch.py `route`), which the custom op and the model hooks ask too; a recipe named by a
 string is read once per process there.
 
 NaN/Inf inputs: `attend` raises NonFiniteInputError (one line) wherever the check costs no host synchronisation
@@ -22,15 +23,15 @@ import os
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import AttentionInputError, RecipeError, ShapeError, inference_only, records_autograd
 from ..kernels import dispatch
 from ..recipes import AttentionSpec, Recipe
 from ..draft.layout import VideoGeometry
 from .custom_op import recipe_attention
-from .engines import CPU_PATHS, ENGINES, check_finite
+from .engines import check_finite  # noqa: F401 (attention's public check, re-exported)
 from .reference import AttentionDiagnostics
+from .routes import run_route
 
 Layout = Literal["BHND", "BNHD"]
 Backend = Literal["auto", "cpu", "reference"]
@@ -103,39 +104,19 @@ def attend(
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     _check_recipe_fits(spec, q.shape[-1])
-    # the row, cached per spec; traced afresh under torch.compile (dynamo does not honour lru caches, and warns)
-    row = (dispatch.variant_of.__wrapped__ if torch.compiler.is_compiling() else dispatch.variant_of)(spec)
-    lse = None
-    fast = backend == "auto" and not return_diagnostics
     records = records_autograd(q, k, v)
-    if records and not (fast and row.exact):
-        raise inference_only(_subject(recipe, spec, row, backend))
-
-    if fast and return_lse and not records and dispatch.kernel_runs(spec, q, k, geometry, return_lse=True):
-        # ring attention's call: the kernel with the LSE its epilogue writes (eagerly, outside the custom op)
-        out, lse = dispatch.run_kernel(spec, q, k, v, scale=scale, rope_segments=rope_segments, geometry=geometry,
-                                       return_lse=True)
-        diag = None
-    elif fast and row.exact:
-        if not q.is_cuda:
-            check_finite(q, k, v)
-        out, diag = F.scaled_dot_product_attention(q, k, v, scale=scale), None
-        if return_lse:
-            lse = dense_lse(q, k, scale=scale)
-    elif fast and not return_lse:
-        # one custom op (custom_op.py): the kernel where one takes the call, else the CPU path or the engine
-        out, diag = recipe_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry), None
-    elif (backend == "cpu" or (fast and not q.is_cuda)) and not return_diagnostics:
-        check_finite(q, k, v)
-        out, lse = CPU_PATHS[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry)
-        out, diag = out.to(q.dtype), None
+    route = dispatch.route(spec, q, k, backend=backend, geometry=geometry, return_lse=return_lse,
+                           return_diagnostics=return_diagnostics, autograd=records)
+    if records and route.path != "sdpa":
+        raise inference_only(_subject(recipe, spec, route.row, backend))
+    if route.op:
+        # one custom op (custom_op.py): a single opaque node under torch.compile, running the route it is given
+        out = recipe_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
+                               route=route)
+        diag = lse = None
     else:
-        check_finite(q, k, v)
-        out, diag = ENGINES[row.engine](q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
-                                        measure_errors=return_diagnostics)
-        out = out.to(q.dtype)
-        if return_lse:
-            lse = diag.lse.to(torch.float32)
+        out, diag, lse = run_route(route, q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
+                                   return_lse=return_lse, measure_errors=return_diagnostics)
 
     if layout == "BNHD":
         out = out.transpose(1, 2)
@@ -143,22 +124,6 @@ def attend(
     if return_lse:
         return (out, diag, lse) if return_diagnostics else (out, lse)
     return (out, diag) if return_diagnostics else out
-
-
-def dense_lse(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = None,
-              max_elements: int = 1 << 26) -> torch.Tensor:
-    """logsumexp over keys of (q kᵀ)·scale in float32, BHND in, (B, H, Nq) out; query rows in chunks
-    so at most `max_elements` scores exist at once (the full score matrix of a long video would not
-    fit)."""
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    kf = k.to(torch.float32).transpose(-1, -2)
-    b, h, n, _ = q.shape
-    rows = max(1, max_elements // max(1, b * h * k.shape[-2]))
-    out = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
-    for start in range(0, n, rows):
-        s = (q[..., start:start + rows, :].to(torch.float32) @ kf) * scale
-        out[..., start:start + rows] = torch.logsumexp(s, dim=-1)
-    return out
 
 
 def _spec_of(recipe) -> AttentionSpec:
@@ -175,7 +140,7 @@ def _spec_of(recipe) -> AttentionSpec:
 
 def _subject(recipe, spec: AttentionSpec, row, backend: str) -> str:
     """What InferenceOnlyError names: the recipe where it quantizes, else what took the call off torch SDPA."""
-    if not row.exact:
+    if not row.plain_softmax:
         if isinstance(recipe, AttentionSpec):
             return f"the {spec.kind} recipe"
         return f"recipe {recipe.name if isinstance(recipe, Recipe) else os.fspath(recipe)!r}"

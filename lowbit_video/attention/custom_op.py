@@ -5,10 +5,11 @@ reads, device events).
 
 The op takes BHND q, k, v, the recipe's AttentionSpec as a JSON string (`spec_key`: custom ops take only tensors,
 numbers, strings and lists), the softmax scale, the model's RoPE split and the video geometry (frames, height,
-width, prefix) of draft recipes. Inside it the dispatch table decides per call, as `attend` always has: the
-recipe's kernel where one takes the call (`dispatch.kernel_runs`), else the CPU path for CPU tensors or the exact
-engine on a GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged).
-Eager calls run that same function (`run_recipe`) without the op's dispatch (`recipe_attention`).
+width, prefix) of draft recipes. Inside it the call runs along its route (`dispatch.route`, the function `attend`
+asks): the recipe's kernel where one takes the call, else the CPU path for CPU tensors or the exact engine on a
+GPU, both after the NaN/Inf check (a one-line NonFiniteInputError, raised through the op unchanged). Eager calls run
+that same function (`run_recipe`) without the op's dispatch (`recipe_attention`), along the route `attend` decided;
+a call of the op itself (what torch.compile traces) asks for its route when it runs.
 
 Autograd: the op is inference-only, like every quantized recipe (api.py). `attend` refuses a call autograd would
 record before it gets here; a direct call of the op is refused by the op's autograd registration, as the op returns
@@ -33,7 +34,7 @@ from ..draft.layout import VideoGeometry
 from ..errors import inference_only
 from ..kernels import dispatch
 from ..recipes import OPERANDS, AttentionSpec, DraftSpec, OperandQuant
-from .engines import CPU_PATHS, ENGINES, check_finite
+from .routes import run_route
 
 OP_NAME = "lowbit_video::recipe_attention"
 
@@ -88,20 +89,15 @@ def spec_from_key(key: str) -> AttentionSpec:
 
 
 def run_recipe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: AttentionSpec, scale: float | None,
-               rope: tuple[int, ...] | None, grid: VideoGeometry | None) -> torch.Tensor:
-    """What the op computes: the recipe's kernel where one takes the call, else the CPU path or the engine (after the
-    NaN/Inf check); the result in the layout of `torch.empty_like(q)`."""
-    if dispatch.kernel_runs(recipe, q, k, grid):
-        out = dispatch.run_kernel(recipe, q, k, v, scale=scale, rope_segments=rope, geometry=grid)
-    else:
-        check_finite(q, k, v)
-        engine = dispatch.variant_of(recipe).engine
-        if q.is_cuda:
-            out = ENGINES[engine](q, k, v, recipe, scale=scale, rope_segments=rope, geometry=grid,
-                                  measure_errors=False)[0]
-        else:
-            out = CPU_PATHS[engine](q, k, v, recipe, scale=scale, rope_segments=rope, geometry=grid)[0]
-    return _like(q, out.to(q.dtype))
+               rope: tuple[int, ...] | None, grid: VideoGeometry | None,
+               route: dispatch.Route | None = None) -> torch.Tensor:
+    """What the op computes: the call along `route` (None: `dispatch.route`'s for it, as the op's own calls ask
+    when they run): the recipe's kernel where one takes the call, else the CPU path or the engine (after the NaN/Inf
+    check); the result in the layout of `torch.empty_like(q)`."""
+    if route is None:
+        route = dispatch.route(recipe, q, k, geometry=grid)
+    out = run_route(route, q, k, v, recipe, scale=scale, rope_segments=rope, geometry=grid)[0]
+    return _like(q, out)
 
 
 # the schema written out (not inferred from the annotations, whose inference differs across torch releases)
@@ -138,15 +134,16 @@ def _like(q: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def recipe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec, *,
-                     scale: float | None = None, rope_segments=None,
-                     geometry: VideoGeometry | None = None) -> torch.Tensor:
+                     scale: float | None = None, rope_segments=None, geometry: VideoGeometry | None = None,
+                     route: dispatch.Route | None = None) -> torch.Tensor:
     """Attention of BHND q, k, v under `spec` (the caller checked shapes, recipe and autograd): through the custom op while
     torch.compile traces, directly otherwise. Both run `run_recipe`; an eager call skips the op's dispatch and its
     output-aliasing check, host time that showed at short sequences (the GPU waits for the launches), and a CUDA
-    graph captured eagerly records the same launches."""
+    graph captured eagerly records the same launches. route: the call's route where the caller has it (eager calls;
+    the op asks for its own when it runs)."""
     if not torch.compiler.is_compiling():
         return run_recipe(q, k, v, spec, None if scale is None else float(scale),
-                          tuple(rope_segments) if rope_segments else None, geometry)
+                          tuple(rope_segments) if rope_segments else None, geometry, route)
     grid = [geometry.frames, geometry.height, geometry.width, geometry.prefix] if geometry is not None else None
     return torch.ops.lowbit_video.recipe_attention(q, k, v, spec_key(spec), None if scale is None else float(scale),
                                                    list(rope_segments) if rope_segments else None, grid)

@@ -97,8 +97,9 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
             kw = {k2: opts[k2] for k2 in ("promote", "exact_p", "config") if k2 in opts}
             try:
                 spec = attention_spec(recipe)
+                table_row = variant_of(spec)
                 pre, kern, st = split_call(q, k, v, spec, **kw)
-                prepass_ms = median_ms(pre, warmup=1, reps=n) if st.variant != "dense" else 0.0
+                prepass_ms = median_ms(pre, warmup=1, reps=n) if table_row.prepass is not None else 0.0
                 kernel_ms = median_ms(kern, warmup=warm, reps=n)
                 if kw:  # a kernel setting: attend takes none
                     call = lambda: attention(q, k, v, spec, **kw)
@@ -120,7 +121,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                    "ratio_cudnn_queued": base_queued["sdpa-cudnn"] / queued if "sdpa-cudnn" in base_queued else None,
                    "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback,
                    # attend runs unquantized recipes on torch SDPA; the kernel columns time the dense Triton kernel
-                   "kernel": "sdpa" if st.variant == "dense" and not kw else st.kernel,
+                   "kernel": "sdpa" if table_row.plain_softmax and not kw else st.kernel,
                    "call": "kernels.attention" if kw else "attend", "B": B, "H": H, "N": N, "D": D}
             info["rows"].append(row)
             rc = row["ratio_cudnn"]

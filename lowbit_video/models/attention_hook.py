@@ -304,7 +304,7 @@ class RecipeAttentionHook(ModelHook):
             if not return_lse:
                 return hook._attend(q, k, v, attention_type=attention_type, text_tokens=0, scale=op_scale)
             # ring: the recipe's kernel with the LSE its epilogue writes (on CUDA), merged by diffusers
-            hook._count_engine(q, k, None, attention_type)
+            hook._count_engine(q, k, None, attention_type, return_lse=True)
             return attend(q, k, v, hook.ctx.recipe, layout="BNHD", scale=op_scale, rope_segments=hook.rope_segments,
                           return_lse=True)
 
@@ -381,22 +381,21 @@ class RecipeAttentionHook(ModelHook):
                      rope_segments=self.rope_segments, geometry=geometry)
         return torch.cat([out[:, text_tokens:], out[:, :text_tokens]], dim=1)
 
-    def _count_engine(self, q, k, geometry, attention_type: str) -> None:
-        """Count (and say once) a quantized call on CUDA that `attend` will give the float64 engine. Not under
+    def _count_engine(self, q, k, geometry, attention_type: str, return_lse: bool = False) -> None:
+        """Count (and say once) a quantized call on CUDA that `attend` will give the float64 engine: the route
+        `attend` takes (`dispatch.route`, asked with the call's BNHD tensors as attend passes them on). Not under
         torch.compile: the dispatch table's device checks are host work dynamo does not trace (the recipe's custom op
         still runs the engine where no kernel takes a call)."""
         if not q.is_cuda or torch.compiler.is_compiling():
             return
-        spec = self.ctx.recipe.attention
-        qb, kb = q.transpose(1, 2), k.transpose(1, 2)  # BHND views, as attend passes them on
-        if dispatch.kernel_runs(spec, qb, kb, geometry):
-            return
         ctx = self.ctx
+        route = dispatch.route(ctx.recipe.attention, q.transpose(1, 2), k.transpose(1, 2), geometry=geometry,
+                               return_lse=return_lse)
+        if route.path != "engine":
+            return
         self._count(attention_type, "engine")
-        why = (dispatch.supports(spec, q.device, q.shape[-1])[1]
-               or dispatch.refuse_call(dispatch.variant_of(spec), qb, kb, geometry) or "no kernel for this call")
-        ctx.warn_once("engine", f"{ctx.recipe.name}: no kernel takes these calls ({why}); they run on the float64 "
-                      "reference engine on the GPU (exact, slow; counted as 'engine' in the attention calls)")
+        ctx.warn_once("engine", f"{ctx.recipe.name}: no kernel takes these calls ({route.reason}); they run on the "
+                      "float64 reference engine on the GPU (exact, slow; counted as 'engine' in the attention calls)")
 
     # -- captures
 

@@ -15,8 +15,8 @@ from .steps import StepTracker
 
 
 def recipe_changes_attention(recipe: Recipe) -> bool:
-    """False for exact recipes (fp16: plain softmax attention): they run the original kernel everywhere."""
-    return not dispatch.variant_of(recipe.attention).exact
+    """False for plain-softmax recipes (fp16: unquantized attention): they run the original kernel everywhere."""
+    return not dispatch.variant_of(recipe.attention).plain_softmax
 
 
 class InjectionContext:
@@ -27,7 +27,7 @@ class InjectionContext:
         self.tracker = tracker
         self.capture = capture
         self.dispatch = dispatch.variant_of(recipe.attention)  # the recipe's row of the kernel dispatch table
-        self.changes = not self.dispatch.exact
+        self.changes = not self.dispatch.plain_softmax
         self.head_dim_multiple = int(recipe.attention.head_dim_multiple)  # what the recipe's Q/K blocks divide
         self.grid: tuple[int, int, int] | None = None  # latent token grid of the running forward
         self.forward_index = 0  # index of the running forward within its denoising step
