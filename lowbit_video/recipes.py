@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from .errors import RecipeError, UserError
 # The schema's dataclasses and names are imported from here (`from lowbit_video.recipes import AttentionSpec`).
-from .recipe_schema import (BASELINE_NAME, MX_RULES, NON_ORTHOGONAL_ROTATIONS, OPERANDS, SCHEMA, AttentionSpec, DraftSpec,
-                            DraftSpecError, OperandQuant, PrecisionPolicy, Recipe, in_qmax_range, qmax_refusal)
+from .recipe_schema import (BASELINE_NAME, DEFAULT_BLOCK, MX_RULES, NON_ORTHOGONAL_ROTATIONS, OPERANDS, SCHEMA,
+                            AttentionSpec, DraftSpec, DraftSpecError, OperandQuant, PrecisionPolicy, Recipe, in_qmax_range,
+                            qmax_refusal)
 from .toml_schema import Where, read_table, settings
 
 if TYPE_CHECKING:
@@ -273,11 +274,9 @@ def _operand_from_dict(where: Where, name: str, raw: Any) -> OperandQuant:
     t, values = read_table(where, raw, prefix, OperandQuant, operand=name)
     op = OperandQuant(**values)
     fmt = op.format
-    if fmt == "mxfp4" and op.block_size != 32:
-        raise where.error(prefix + "block", "MXFP4 blocks are 32 elements")
-    if fmt == "nvfp4" and op.block_size != 16:
-        raise where.error(prefix + "block", "NVFP4 blocks are 16 elements")
-    if fmt in ("mxfp4", "nvfp4") and op.granularity != "block":
+    if fmt in DEFAULT_BLOCK and op.block_size != DEFAULT_BLOCK[fmt]:
+        raise where.error(prefix + "block", f"{fmt.upper()} blocks are {DEFAULT_BLOCK[fmt]} elements")
+    if fmt in DEFAULT_BLOCK and op.granularity != "block":
         raise where.error(prefix + "granularity", f"{fmt} is block-scaled; granularity must be 'block'")
     if op.outer_scale == "row" and name != "p":
         raise where.error(prefix + "outer_scale", "'row' (two-level P̃ scaling) applies to attention.p only")
@@ -296,6 +295,6 @@ def check_qmax(where: "Where", key: str, q: float) -> None:
 
 
 __all__ = ["BASELINE_NAME", "MX_RULES", "OPERANDS", "SCHEMA", "AttentionSpec", "DraftSpec", "DraftSpecError", "OperandQuant",
-           "PrecisionPolicy", "Recipe", "Where", "available_recipes", "check_qmax", "file_key", "file_stem", "is_traversable",
+           "PrecisionPolicy", "Recipe", "available_recipes", "check_qmax", "file_key", "file_stem", "is_traversable",
            "load_all", "load_each", "load_recipe", "read_with_includes", "recipe_dirs", "recipe_from_dict", "recipe_from_file",
            "toml_files"]

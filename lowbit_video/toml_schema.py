@@ -80,9 +80,10 @@ def setting(default: Any, doc: str, *, valid: str = "", choices: tuple | Mapping
         (a mapping: per operand name, see `read_table`). only / scope: the formats the key applies
         to, and how that reads when it is more than their names (the loader checks it).
     """
-    meta = {_SETTING: Setting(doc=doc, valid=valid, choices=choices, check=check, refusal=refusal, only=only,
-                              scope=scope, width=width)}
-    return field(default=default, metadata=meta)
+    s = Setting(doc=doc, valid=valid, choices=choices, check=check, refusal=refusal, only=only, scope=scope, width=width)
+    if not s.text(type(default)) or (check is not None and not (valid or refusal)):
+        raise TypeError(f"setting {doc!r}: state its valid values (valid=...), which errors and the schema print")
+    return field(default=default, metadata={_SETTING: s})
 
 
 def table(cls: type, doc: str, *, shown: str = "", optional: bool = False) -> Any:
