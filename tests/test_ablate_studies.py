@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from lowbit_video.ablate import list_studies, load_study
-from lowbit_video.ablate.studies import fmt_q, study_from_dict
+from lowbit_video.ablate.qmax_sweep import fmt_q
+from lowbit_video.ablate.studies import study_from_dict
 from lowbit_video.ablate.table3 import check_rows, recipe_flags
 from lowbit_video.errors import UserError
 from lowbit_video.recipes import load_recipe

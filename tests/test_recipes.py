@@ -195,3 +195,22 @@ def test_the_readme_recipe_example_loads_from_any_folder(tmp_path, repo):
     block = re.search(r"```toml\n(# my\.toml.*?)```", (repo / "README.md").read_text(), re.S).group(1)
     r = load_recipe(_write(tmp_path, "my.toml", block))
     assert r.name == "mxattention-q7" and r.attention.p.qmax == 7.0 and r.attention.q.qmax == 7.25
+
+
+def test_keys_not_written_take_their_documented_defaults():
+    # the defaults `recipes schema` and the docs state: UOS at Q_max 7.25 in 32-blocks, 128-key tiles,
+    # PNQ placement, only self-attention quantized, nothing kept at 16 bit
+    r = recipe_from_dict({"name": "x", "attention": {"kind": "quantized", "q": {"format": "mxfp4"}}})
+    a, q = r.attention, r.attention.q
+    assert (q.rule, q.qmax, q.block_size, q.group, q.granularity) == ("uos", 7.25, 32, 128, "block")
+    assert (a.rotation, a.rotation_sigma, a.placement, a.tile_k, a.smooth_q_group, a.draft) == ("none", 1.0, "pnq", 128, 128, None)
+    assert not a.k.enabled and not a.p.enabled
+    assert (r.policy.apply_to, r.policy.high_precision_blocks, r.policy.high_precision_steps) == (("self",), (), ())
+    assert (r.description, r.paper, r.source) == ("", "", "<dict>")
+
+
+def test_format_specific_keys_apply_to_their_formats_only(tmp_path):
+    text = 'name = "x"\n[attention]\nkind = "quantized"\n[attention.q]\nformat = "{}"\n{} = {}\n'
+    for fmt, key, value in (("int8", "static_scale", "0.5"), ("mxfp4", "scheme", '"affine"'), ("int4", "outer_scale", '"none"')):
+        with pytest.raises(RecipeError, match=rf"attention\.q\.{key}: does not apply to format '{fmt}'"):
+            load_recipe(_write(tmp_path, "f.toml", text.format(fmt, key, value)))

@@ -3,18 +3,19 @@
     from lowbit_video.ablate import AblateOptions, run_study
     result = run_study("table3", AblateOptions(prompts="prompts/smoke.txt", steps=4, out="runs/smoke"))
 
-Kinds: `table3` (the MXAttention paper's Table 3), `qmax-sweep` (Table 4), `rowsum` (Figure 7),
-`rotate-table` (RotateAttention's main table and ablation) and `draft-pooling` (DraftAttention2's
-Table 3 and Figure 5). Each reuses what exists (complete runs, matching captures) and writes <out>/<study>.md/.json (+ PNGs).
+The kinds of study are the entries of kinds.KINDS (`lowbit-video ablate --help` lists them), each
+with its parameters, its run and its terminal view. Each reuses what exists (complete runs,
+matching captures) and writes <out>/<study>.md/.json (+ PNGs).
 """
 
 from __future__ import annotations
 
 from .common import AblateOptions, Reporter
+from .kinds import KINDS, StudyKind
 from .studies import Study, available_studies, list_studies, load_study
 
 
-def run_study(name_or_path: str, opts: AblateOptions | None = None, reporter: Reporter | None = None) -> dict:
+def run_study(name_or_path: "str | Study", opts: AblateOptions | None = None, reporter: Reporter | None = None) -> dict:
     """Run one study; returns its JSON result (plus "files": the outputs written).
 
     Many processes (`opts.shard` "i/n", or torchrun's RANK / WORLD_SIZE): each process makes and scores
@@ -29,18 +30,12 @@ def run_study(name_or_path: str, opts: AblateOptions | None = None, reporter: Re
     opts = opts or AblateOptions()
     opts = dataclasses.replace(opts, device=resolve_device(opts.device))
     study = load_study(name_or_path)
-    if study.kind == "table3":
-        from .table3 import run
-    elif study.kind == "qmax-sweep":
-        from .qmax_sweep import run
-    elif study.kind in ("rotate-table", "draft-pooling"):
-        from .recipe_table import run
-    else:
-        from .rowsum import run
+    run = KINDS[study.kind].run
     spec = opts.shard if isinstance(opts.shard, ShardSpec) else ShardSpec.from_cli_or_env(opts.shard)
     # generate's and evaluate's own process_group() see this group and leave it alone
     with process_group(spec, device=opts.device):
         return run(study, dataclasses.replace(opts, shard=spec), reporter)
 
 
-__all__ = ["AblateOptions", "Reporter", "Study", "available_studies", "list_studies", "load_study", "run_study"]
+__all__ = ["KINDS", "AblateOptions", "Reporter", "Study", "StudyKind", "available_studies", "list_studies", "load_study",
+           "run_study"]

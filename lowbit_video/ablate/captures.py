@@ -22,7 +22,7 @@ import torch
 from .. import runstore
 from ..errors import UserError
 from .common import Reporter, Resolved
-from .studies import CaptureParams
+from .study import CaptureParams
 
 MARKER = "capture.json"
 

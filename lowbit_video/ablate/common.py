@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from .. import runstore
 from ..errors import UserError
-from .studies import Study
+from .study import Study
 
 DEFAULT_OUT = "runs"
 
@@ -112,7 +112,7 @@ def share_result(study: Study, r: Resolved, **extra: Any) -> dict:
 def command(study: Study, r: Resolved) -> str:
     """The command line that reproduces this output."""
     from ..recipes import file_key
-    from .studies import available_studies
+    from .study_files import available_studies
 
     known = available_studies().get(study.name)
     # a shipped study may sit in a zip: compare where the files are, not as paths on disk
@@ -149,6 +149,11 @@ class Reporter:
 
 
 # ------------------------------------------------------------------------------------ writing
+
+
+def written_markdown(result: dict) -> str:
+    """A finished study's Markdown output (its first file), as the terminal shows it."""
+    return Path(result["files"][0]).read_text()
 
 
 def write_text(path: Path, text: str) -> None:

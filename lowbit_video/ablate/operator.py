@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .captures import Capture
-from .studies import BudgetParams, SyntheticInputs
+from .recipe_table_params import BudgetParams, SyntheticInputs
 
 FRAME_SIDE = 16  # synthetic inputs: frames of 16 x 16 tokens (diagnose's grid)
 ENTROPY_ROWS = 256  # query rows per head (evenly spaced) for the entropy estimate

@@ -16,15 +16,109 @@ per block, which of those exact results applies. The MSE equals that of `fake_qu
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Sequence
 
 import torch
 
 from ..formats import mxfp4
 from ..formats._blocks import make_layout, to_blocks
+from ..recipes import check_qmax
+from ..toml_schema import Where
 from .captures import ensure_captures
 from .common import Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text, AblateOptions, effective_steps
-from .studies import QmaxParams, Study, fmt_q
+from .study import CaptureParams, Study, recipe_name
+
+TENSORS = ("q", "k", "v")
+TIE_RULES = ("smallest", "largest")
+
+
+@dataclass(frozen=True)
+class QBin:
+    """A bin of Q_max values in hundredths: lo <= q <= hi (None = unbounded)."""
+
+    label: str
+    lo: int | None
+    hi: int | None
+
+    def holds(self, hundredths: int) -> bool:
+        return (self.lo is None or hundredths >= self.lo) and (self.hi is None or hundredths <= self.hi)
+
+
+@dataclass(frozen=True)
+class QmaxParams:
+    grid: tuple[int, ...]  # Q_max values in hundredths (exact decimals: 600 = 6.00)
+    bins: tuple[QBin, ...]
+    tensors: tuple[str, ...]
+    rotation_recipe: str  # whose fixed Q/K rotation is applied before quantizing Q and K
+    tie_rule: str
+    block: int
+    capture: CaptureParams
+
+
+def hundredths(w: Where, key: str, value: Any) -> int:
+    """An exact decimal with at most two places ("7.25", 7.25 or 7) as an integer number of hundredths."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise w.error(key, f"expected a decimal like \"7.25\", got {value!r}")
+    try:
+        d = Decimal(str(value).strip()) * 100
+    except InvalidOperation:
+        raise w.error(key, f"expected a decimal like \"7.25\", got {value!r}") from None
+    if not d.is_finite() or d != d.to_integral_value():
+        raise w.error(key, f"{value!r} is not a multiple of 0.01")
+    return int(d)
+
+
+def fmt_q(h: int) -> str:
+    """Hundredths as the exact decimal string: 725 -> "7.25"."""
+    return f"{h // 100}.{h % 100:02d}"
+
+
+def _bins(w: Where, key: str, raw: Any) -> list[QBin]:
+    if not isinstance(raw, list) or not raw:
+        raise w.error(key, "expected a list like [\"<=7.15\", \"7.20\", \"7.25\", \">=7.30\"]")
+    bins = []
+    for b in raw:
+        if not isinstance(b, str):
+            raise w.error(key, f"expected strings, got {b!r}")
+        s = b.replace(" ", "").replace("≤", "<=").replace("≥", ">=")
+        if s.startswith("<="):
+            bins.append(QBin(b, None, hundredths(w, key, s[2:])))
+        elif s.startswith(">="):
+            bins.append(QBin(b, hundredths(w, key, s[2:]), None))
+        else:
+            v = hundredths(w, key, s)
+            bins.append(QBin(b, v, v))
+    return bins
+
+
+def parameters(w: Where, p: str, raw: Any, capture: CaptureParams | None) -> QmaxParams:
+    """The [qmax] table: the grid (exact decimals), the bins that partition it, the tensors, the
+    rotation recipe, the tie rule and the MXFP4 block."""
+    t = w.table(raw, p, {"q_min", "q_max", "q_step", "bins", "tensors", "rotation_recipe", "tie_rule", "block"})
+    lo, hi, step = (hundredths(w, p + k, t.get(k, d)) for k, d in (("q_min", "6.00"), ("q_max", "8.00"), ("q_step", "0.05")))
+    if not (0 < lo <= hi) or step <= 0 or (hi - lo) % step:
+        raise w.error(p + "q_step", f"need 0 < q_min <= q_max and (q_max - q_min) a multiple of q_step; got "
+                                    f"{fmt_q(lo)}, {fmt_q(hi)}, {fmt_q(step)}")
+    check_qmax(w, p + "q_min", lo / 100)
+    check_qmax(w, p + "q_max", hi / 100)
+    grid = tuple(range(lo, hi + 1, step))  # integers: no float drift
+    bins = _bins(w, p + "bins", t.get("bins", ["<=7.15", "7.20", "7.25", ">=7.30"]))
+    for q in grid:
+        n = sum(b.holds(q) for b in bins)
+        if n != 1:
+            raise w.error(p + "bins", f"Q_max {fmt_q(q)} falls in {n} bins; the bins must cover the grid exactly once")
+    tensors = t.get("tensors", list(TENSORS))
+    if not isinstance(tensors, list) or not tensors or any(x not in TENSORS for x in tensors) or len(set(tensors)) != len(tensors):
+        raise w.error(p + "tensors", f"expected distinct names from {', '.join(TENSORS)}")
+    block = w.scalar(t, "block", int, 32, p)
+    if block != 32:
+        raise w.error(p + "block", "MXFP4 blocks are 32 elements")
+    return QmaxParams(grid=grid, bins=tuple(bins), tensors=tuple(tensors),
+                      rotation_recipe=recipe_name(w, p + "rotation_recipe", w.scalar(t, "rotation_recipe", str, "mxattention", p)),
+                      tie_rule=w.choice(t, "tie_rule", TIE_RULES, "smallest", p), block=block, capture=capture)
+
 
 AXES = {"q": -1, "k": -1, "v": -2}  # BHND: Q, K along head_dim; V along tokens (per channel)
 AXES_NOTE = ("Q and K: 32-blocks along head_dim after the fixed Hadamard rotation of the rotation recipe "
@@ -160,6 +254,15 @@ def render_markdown(res: dict, study: Study) -> str:
         lines.append(md_table(["block", "prompt", "seed", "tensor", "optimum", "tied interval", "MSE(7.25)/min",
                                "MSE(8.00)/min", "MSE(6.00)/min"], srows))
     lines += ["", "Plot: qmax-sweep.png (MSE(q) / min MSE per sample).", ""]
+    return "\n".join(lines)
+
+
+def render(res: dict) -> str:
+    """What the terminal shows of a finished sweep: the distribution per tensor, one line each."""
+    lines = []
+    for t, d in res["distribution"].items():
+        cells = "  ".join(f"{b}: {d[b]:5.1f}%" for b in res["bins"])
+        lines.append(f"{res['model']} {t.upper()}  {cells}  (n = {d['n']})")
     return "\n".join(lines)
 
 

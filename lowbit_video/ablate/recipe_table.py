@@ -27,7 +27,8 @@ from ..errors import UserError
 from ..recipes import Recipe, load_recipe
 from .common import (AblateOptions, Reporter, command, effective_steps, md_table, resolve, share_result, write_json,
                      write_text)
-from .studies import PoolingRow, RotateRow, Study, TableParams
+from .recipe_table_params import PoolingRow, RotateRow, TableParams
+from .study import Study
 
 CHECK = "✓"
 OPERATOR_METRICS = ("rel_l2", "cosine")

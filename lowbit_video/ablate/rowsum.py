@@ -14,18 +14,59 @@ See recipes/ablations/rowsum.toml.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..formats import e8m0, mxfp4
 from ..formats._blocks import make_layout, to_blocks
+from ..recipes import MX_RULES, check_qmax
+from ..toml_schema import Where
 from .captures import Capture, ensure_captures
 from .common import AblateOptions, Reporter, command, md_table, pyplot, resolve, save_figure, share_result, write_json, write_text, effective_steps
-from .studies import RowsumParams, Study
+from .study import CaptureParams, Study, recipe_name
 
 PARTS = ("zeroing", "saturation", "rounding_down", "rounding_up")
 TOL = 1e-12  # |row sum − 1| below this counts as exactly normalised (float64 summation noise)
 E2M1_MAX = 6.0
+
+
+@dataclass(frozen=True)
+class RowsumParams:
+    rule: str
+    qmax: float
+    block: int
+    entropy_threshold: float  # nats
+    representative_block: int  # negative: from the end
+    scaling_rows: int  # query rows per head used for the global-scaling search (0 = all)
+    pnq_recipe: str
+    direct_recipe: str
+    capture: CaptureParams
+
+
+def parameters(w: Where, p: str, raw: Any, capture: CaptureParams | None) -> RowsumParams:
+    """The [rowsum] table: the MXFP4 quantizer of P, the entropy threshold, the representative block,
+    the global-scaling rows and the two recipes run on the engine."""
+    t = w.table(raw, p, {"rule", "qmax", "block", "entropy_threshold", "representative_block", "scaling_rows",
+                         "pnq_recipe", "direct_recipe"})
+    rule = w.choice(t, "rule", MX_RULES, "ocp", p)
+    if "qmax" in t and rule != "uos":
+        raise w.error(p + "qmax", "only the 'uos' rule takes a qmax")
+    qmax = w.scalar(t, "qmax", float, 7.25, p)
+    check_qmax(w, p + "qmax", qmax)
+    block = w.scalar(t, "block", int, 32, p)
+    if block != 32:
+        raise w.error(p + "block", "MXFP4 blocks are 32 elements")
+    rows = w.scalar(t, "scaling_rows", int, 256, p)
+    if rows < 0:
+        raise w.error(p + "scaling_rows", "must be >= 0 (0: every row)")
+    return RowsumParams(rule=rule, qmax=qmax, block=block,
+                        entropy_threshold=w.scalar(t, "entropy_threshold", float, 5.0, p),
+                        representative_block=w.scalar(t, "representative_block", int, -1, p), scaling_rows=rows,
+                        pnq_recipe=recipe_name(w, p + "pnq_recipe", w.scalar(t, "pnq_recipe", str, "mxattention", p)),
+                        direct_recipe=recipe_name(w, p + "direct_recipe", w.scalar(t, "direct_recipe", str, "mxfp4-ocp", p)),
+                        capture=capture)
 
 
 def split_rows(p: torch.Tensor, *, rule: str = "ocp", q: float = 7.25, block: int = 32) -> dict[str, torch.Tensor]:
@@ -248,6 +289,14 @@ def render_markdown(res: dict, study: Study) -> str:
               "", "Row sums of the weights the reference engine applies to V (Q, K, V and P̃ all quantized). Plots: "
               "rowsum.png (A–C), rowsum-entropy.png (D).", ""]
     return "\n".join(lines)
+
+
+def render(res: dict) -> str:
+    """What the terminal shows of a finished study: the averages against the paper's, and PNQ's exactness."""
+    a = res["average"]
+    return (f"mean row sum {a['mean_row_sum']:.4f} (paper 0.9266); zeroing {a['zeroing']:+.4f}, saturation "
+            f"{a['saturation']:+.4f}, rounding down {a['rounding_down']:+.4f}, rounding up {a['rounding_up']:+.4f}; "
+            f"PNQ max |row sum - 1| = {res['pnq']['rowsum_dev_max']:.3g}")
 
 
 def _plot_main(res: dict, scaling: dict, path) -> None:

@@ -10,12 +10,47 @@ its share and writes nothing else.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..errors import UserError
 from ..recipes import Recipe, load_recipe
+from ..toml_schema import Where
 from .common import AblateOptions, Reporter, command, md_table, resolve, share_result, write_json, write_text, effective_steps
-from .studies import Study, Table3Params
+from .study import CaptureParams, Study, baseline_recipe, distinct_rows, metric_columns, recipe_name, table_rows
 
 CHECK = "✓"
+ROW_KEYS = ("config", "recipe", "hadamard", "pnq", "uos")
+DEFAULT_METRICS = ("subject_consistency", "imaging_quality", "aesthetic_quality", "cosine", "ssim", "psnr")
+
+
+@dataclass(frozen=True)
+class Table3Row:
+    config: str
+    recipe: str
+    hadamard: bool
+    pnq: bool
+    uos: bool
+
+
+@dataclass(frozen=True)
+class Table3Params:
+    baseline: str
+    rows: tuple[Table3Row, ...]
+    metrics: tuple[str, ...]  # columns, in order (metric registry names)
+
+
+def parameters(w: Where, p: str, raw: Any, capture: CaptureParams | None) -> Table3Params:
+    """The [table3] table: rows (config label, recipe, the paper's three flags), baseline, metric columns."""
+    t = w.table(raw, p, {"baseline", "rows", "metrics"})
+    rows = [Table3Row(config=w.scalar(rt, "config", str, "", rp),
+                      recipe=recipe_name(w, rp + "recipe", w.scalar(rt, "recipe", str, "", rp)),
+                      hadamard=w.scalar(rt, "hadamard", bool, False, rp),
+                      pnq=w.scalar(rt, "pnq", bool, False, rp), uos=w.scalar(rt, "uos", bool, False, rp))
+            for rp, rt in table_rows(w, p, t, ROW_KEYS)]
+    distinct_rows(w, p, rows)
+    metrics = metric_columns(w, p, t, DEFAULT_METRICS)
+    return Table3Params(baseline=baseline_recipe(w, p, t, rows), rows=tuple(rows), metrics=metrics)
 
 
 def recipe_flags(recipe: Recipe) -> dict[str, bool]:

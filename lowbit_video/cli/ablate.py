@@ -84,11 +84,22 @@ class _Silent:
         return lambda *a, **k: None
 
 
+def _help() -> str:
+    """The command's help; the studies' kinds are read from the registry of kinds."""
+    from ..ablate.kinds import KINDS
+
+    kinds = ", ".join(f"{k.name} ({k.about})" for k in KINDS.values())
+    return ("Run an ablation study: generate what is missing, score it, write <out>/<study>.md and .json (and plots).\n\n"
+            f"Studies: {kinds}.\nComplete runs and captures are reused, so a rerun only writes the outputs again.\n\n"
+            "Many processes: `torchrun --nproc-per-node N -m lowbit_video ablate ...` splits the runs (or captures) over "
+            "the N ranks; rank 0 writes the outputs when all are done.")
+
+
 def register(app: typer.Typer) -> None:
     class _AblateCommand(GreedyCommand):
         greedy = ("--seeds",)
 
-    @app.command("ablate", cls=_AblateCommand)
+    @app.command("ablate", cls=_AblateCommand, help=_help())
     @user_errors
     def ablate(
         study: Optional[str] = typer.Argument(None, help="Study name (see --list) or a study TOML file."),
@@ -106,21 +117,10 @@ def register(app: typer.Typer) -> None:
         shard: Optional[str] = typer.Option(None, "--shard", help="Make and score only shard i of n of the study's runs or captures (i counts from 0; cluster array jobs) and write no study outputs; a final run without --shard reuses everything and writes them. Under torchrun the rank picks the shard and rank 0 writes the outputs."),
         as_json: bool = JsonOpt,
     ) -> None:
-        """Run an ablation study: generate what is missing, score it, write <out>/<study>.md and .json (and plots).
-
-        Studies: table3 (the MXAttention paper's Table 3: Full / w/o UOS / w/o PNQ and UOS / OCP MXFP4, fully 4-bit),
-        qmax-sweep (Table 4: per-block MSE-optimal Q_max on captured Q/K/V), rowsum (Figure 7: row sums of MXFP4-quantized
-        attention probabilities), rotate-table (RotateAttention's main table and ablation: INT4 baseline, range-rectified
-        P̃, half / interleaved / full rotation, a non-orthogonal control; videos and operator level), draft-pooling
-        (DraftAttention2's Table 3, average vs average + max pooled draft, and Figure 5, error at equal budget).
-        Complete runs and captures are reused, so a rerun only writes the outputs again.
-
-        Many processes: `torchrun --nproc-per-node N -m lowbit_video ablate ...` splits the runs (or captures) over the N ranks; rank 0 writes the outputs when all are done.
-        """
         import sys
 
+        from ..ablate import KINDS, AblateOptions, load_study, run_study
         from ..distributed import ShardSpec
-        from ..ablate import AblateOptions, run_study
         from ..errors import UserError
 
         if list_:
@@ -151,6 +151,7 @@ def register(app: typer.Typer) -> None:
         from ..devices import resolve_device
 
         device = resolve_device(device)
+        loaded = load_study(study)
         spec = ShardSpec.from_cli_or_env(shard)
         opts = AblateOptions(model=model, model_path=model_path, prompts=prompts, prompt_limit=prompt_limit,
                              seeds=_seeds(seeds), steps=steps, out=str(out_dir),
@@ -159,7 +160,7 @@ def register(app: typer.Typer) -> None:
         talk = spec.is_main or not spec.launched
         reporter = _CliReporter(quiet or not talk, device=device)
         try:
-            result = run_study(study, opts, reporter)
+            result = run_study(loaded, opts, reporter)
         finally:
             reporter.close()
         if not result["files"]:  # this process did its share only (a torchrun rank > 0, or --shard i/n)
@@ -175,22 +176,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(result)
             return
-        md = Path(result["files"][0])
-        if md.name == "table3.md" or result.get("kind") in ("rotate-table", "draft-pooling"):
-            out.print(md.read_text(), highlight=False, markup=False)
-        else:
-            _summary(result)
+        out.print(KINDS[loaded.kind].render(result), highlight=False, markup=False)
         err.print("wrote " + ", ".join(short_path(f) for f in result["files"]), highlight=False, markup=False)
-
-
-def _summary(res: dict) -> None:
-    if "distribution" in res:
-        for t, d in res["distribution"].items():
-            cells = "  ".join(f"{b}: {d[b]:5.1f}%" for b in res["bins"])
-            out.print(f"{res['model']} {t.upper()}  {cells}  (n = {d['n']})", highlight=False, markup=False)
-    elif "average" in res:
-        a = res["average"]
-        out.print(f"mean row sum {a['mean_row_sum']:.4f} (paper 0.9266); zeroing {a['zeroing']:+.4f}, saturation "
-                  f"{a['saturation']:+.4f}, rounding down {a['rounding_down']:+.4f}, rounding up {a['rounding_up']:+.4f}; "
-                  f"PNQ max |row sum - 1| = {res['pnq']['rowsum_dev_max']:.3g}", highlight=False, markup=False)
 
