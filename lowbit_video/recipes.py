@@ -84,6 +84,7 @@ SCHEMA: dict[str, str] = {
     "policy.apply_to": "list drawn from self, cross",
     "policy.high_precision_blocks": "list of integers (negative: from the end)",
     "policy.high_precision_steps": "list of integers (negative: from the end)",
+    "policy.high_precision_calls": "list of [block, step] integer pairs kept in 16 bit (negative: from the end)",
 }
 
 
@@ -200,13 +201,16 @@ class PrecisionPolicy:
     apply_to: tuple[str, ...] = ("self",)  # attention types that are quantized: self, cross
     high_precision_blocks: tuple[int, ...] = ()  # transformer block indices kept at 16 bit; negative = from the end
     high_precision_steps: tuple[int, ...] = ()  # denoising steps kept at 16 bit; negative = from the end
+    # single (block, step) cells kept at 16 bit (what `lowbit-video profile --budget` writes); negative = from the end
+    high_precision_calls: tuple[tuple[int, int], ...] = ()
 
     def quantizes(self, *, block: int, step: int, num_steps: int, num_blocks: int, attention_type: str = "self") -> bool:
         if attention_type not in self.apply_to:
             return False
         blocks = {b if b >= 0 else num_blocks + b for b in self.high_precision_blocks}
         steps = {s if s >= 0 else num_steps + s for s in self.high_precision_steps}
-        return block not in blocks and step not in steps
+        calls = {(b if b >= 0 else num_blocks + b, s if s >= 0 else num_steps + s) for b, s in self.high_precision_calls}
+        return block not in blocks and step not in steps and (block, step) not in calls
 
 
 @dataclass(frozen=True)
@@ -588,7 +592,7 @@ def check_qmax(where: "Where", key: str, q: float) -> None:
 
 def _policy_from_dict(where: Where, raw: Any) -> PrecisionPolicy:
     p = "policy."
-    t = where.table(raw, p, {"apply_to", "high_precision_blocks", "high_precision_steps"})
+    t = where.table(raw, p, {"apply_to", "high_precision_blocks", "high_precision_steps", "high_precision_calls"})
     apply_to = t.get("apply_to", ["self"])
     if not isinstance(apply_to, list) or not all(a in ("self", "cross") for a in apply_to):
         raise where.error(p + "apply_to", f"expected a list drawn from 'self', 'cross', got {apply_to!r}")
@@ -597,4 +601,14 @@ def _policy_from_dict(where: Where, raw: Any) -> PrecisionPolicy:
         apply_to=tuple(apply_to),
         high_precision_blocks=blocks,
         high_precision_steps=where.int_list(t, "high_precision_steps", p),
+        high_precision_calls=_call_list(where, t, "high_precision_calls", p),
     )
+
+
+def _call_list(where: Where, table: Mapping[str, Any], key: str, prefix: str) -> tuple[tuple[int, int], ...]:
+    value = table.get(key, [])
+    pair = lambda v: (isinstance(v, list) and len(v) == 2
+                      and all(isinstance(x, int) and not isinstance(x, bool) for x in v))
+    if not isinstance(value, list) or not all(pair(v) for v in value):
+        raise where.error(f"{prefix}{key}", f"expected a {SCHEMA['policy.high_precision_calls']}, got {value!r}")
+    return tuple((v[0], v[1]) for v in value)
