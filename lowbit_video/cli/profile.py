@@ -139,7 +139,7 @@ def _study(out_path: Path, prompts, prompt_limit, seeds, steps, device, recipes,
         result = run_study(cfg, reporter)
     finally:
         reporter.close()
-    md = study_markdown(result, cfg)
+    md = study_markdown(result, cfg, str(out_path))
     runstore.atomic_write_bytes(out_path, md.encode())
     if as_json:
         print_json({**result, "out": str(out_path)})

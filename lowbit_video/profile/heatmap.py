@@ -43,9 +43,13 @@ def write_heatmap(profile: Profile, path: str | os.PathLike, *, title: str) -> P
         ax.set_title(f"{kind} attention")
         ax.set_xlabel("denoising step")
         ax.set_ylabel("block")
+        if profile.num_steps <= 30:  # integer ticks while they fit
+            ax.set_xticks(range(profile.num_steps))
+        if profile.num_blocks <= 30:
+            ax.set_yticks(range(profile.num_blocks))
     if image is not None and norm is not None:
         fig.colorbar(image, ax=list(axes[0]), label="rel-L2 vs 16-bit (mean over calls)")
-    fig.suptitle(title)
+    fig.suptitle(title, y=1.04)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
