@@ -22,7 +22,7 @@ from lowbit_video.video_io import read_frames_npz  # noqa: E402
 
 runner = CliRunner()
 PROMPT = "a red circle moving left"
-SIZE = ["--height", "32", "--width", "32", "--frames", "9", "--steps", "3", "--seeds", "0", "1"]
+SIZE = ["--height", "32", "--width", "32", "--frames", "9", "--steps", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,10 @@ def _model(folder):
 def test_wan_profile_equals_the_reference_engine_on_captured_qkv(folder, tmp_path):
     # guidance 1: no unconditional forward, so each cell is the one conditional call per seed that is captured
     prof = _invoke("profile", *_model(folder), "--recipe", "mxattention", "--prompt", PROMPT, *SIZE,
-                   "--guidance", "1", "--out", str(tmp_path / "p"))
-    assert prof["num_blocks"] == 2 and prof["num_steps"] == 3 and prof["attention_types"] == ["self"]
-    _invoke("generate", *_model(folder), "--recipe", "fp16", "--prompt", PROMPT, *SIZE, "--guidance", "1",
+                   "--seeds", "0", "1", "--guidance", "1", "--out", str(tmp_path / "p"))
+    assert prof["num_blocks"] == 2 and prof["num_steps"] == 2 and prof["attention_types"] == ["self"]
+    _invoke("generate", *_model(folder), "--recipe", "fp16", "--prompt", PROMPT, *SIZE, "--seeds", "0", "1",
+            "--guidance", "1",
             "--out", str(tmp_path / "runs"), "--capture-qkv", str(tmp_path / "cap"))
     cells = {(c["block"], c["step"]): c for c in prof["cells"]}
     by_cell: dict = {}
@@ -60,7 +61,7 @@ def test_wan_profile_equals_the_reference_engine_on_captured_qkv(folder, tmp_pat
             den = attend(t["q"], t["k"], t["v"], "fp16", layout="BNHD").double()
             rel = float((eng - den).norm() / den.norm())
             by_cell.setdefault((e["block"], e["step"]), []).append(rel)
-    assert set(by_cell) == set(cells) and len(by_cell) == 6
+    assert set(by_cell) == set(cells) and len(by_cell) == 4
     for key, rels in by_cell.items():
         assert len(rels) == cells[key]["calls"] == 2  # seeds 0 and 1
         assert abs(np.mean(rels) - cells[key]["rel_l2_mean"]) < 1e-4
@@ -69,16 +70,16 @@ def test_wan_profile_equals_the_reference_engine_on_captured_qkv(folder, tmp_pat
 
 def test_wan_psnr_budget_is_met_by_the_clips_generate_makes(folder, tmp_path):
     target = 45.0
-    prof = _invoke("profile", *_model(folder), "--recipe", "mxattention", "--prompt", PROMPT, *SIZE,
-                   "--out", str(tmp_path / "p"), "--budget", f"psnr={target}", "--search-evals", "4")
+    prof = _invoke("profile", *_model(folder), "--recipe", "mxattention", "--prompt", PROMPT, *SIZE, "--seeds", "0",
+                   "--out", str(tmp_path / "p"), "--budget", f"psnr={target}", "--search-evals", "3")
     policy = prof["policy"]
     path = Path(policy["file"])
     assert _invoke("recipes", "validate", str(path))["valid"]
     result = _invoke("generate", *_model(folder), "--recipe", "fp16", str(path), "--prompt", PROMPT, *SIZE,
-                     "--out", str(tmp_path / "runs"))
+                     "--seeds", "0", "--out", str(tmp_path / "runs"))
     runs = {(r["recipe"], r["seed"]): Path(r["dir"]) for r in result["runs"]}
     scores = [psnr(read_frames_npz(runs[(policy["recipe"], s)] / "frames.npz"),
-                   read_frames_npz(runs[("fp16", s)] / "frames.npz")) for s in (0, 1)]
+                   read_frames_npz(runs[("fp16", s)] / "frames.npz")) for s in (0,)]
     assert np.mean(scores) >= target
     kept = len(policy["high_precision_calls"])
     tried = {t["kept"]: t["psnr"] for t in policy["trials"]}
