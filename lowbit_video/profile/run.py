@@ -255,7 +255,8 @@ def run_profile(cfg: ProfileConfig, reporter: Reporter | None = None) -> dict[st
                          "fp16_share": share_of(cells, profile), **found,
                          "generate": generate_command(cfg, session, path)}
         files["recipe"] = str(path)
-    runstore.atomic_write_json(out / PROFILE_NAME, finite(doc))
+    doc = finite(doc)
+    runstore.atomic_write_json(out / PROFILE_NAME, doc)
     write_heatmap(profile, out / HEATMAP_NAME, title=f"{recipe.name} on {session.info.name}: rel-L2 per call")
     return {**doc, "files": files}
 
