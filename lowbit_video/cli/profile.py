@@ -45,7 +45,7 @@ class BarReporter:
 @user_errors
 def profile(
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe to profile: a name or a TOML path."),
-    model: Optional[str] = typer.Option("tiny-shapes", "--model", "-m", help="Model name (see `lowbit-video models`)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (see `lowbit-video models`; default: tiny-shapes, or with --model-path the folder's pipeline class), as for generate."),
     model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder of --model (as for generate)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file or shipped prompt set (smoke, shapes), as for generate (default: prompts/smoke.txt)."),
     prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
@@ -78,13 +78,11 @@ def profile(
         raise UserError("--recipe is required: the recipe to profile (e.g. --recipe mxattention)")
     from ..profile.run import ProfileConfig, run_profile
 
-    cfg = ProfileConfig(recipe=recipe, model=model or None, model_path=model_path, prompts=prompt or None,
+    cfg = ProfileConfig(recipe=recipe, model=model, model_path=model_path, prompts=prompt or None,
                         prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit,
                         seeds=seeds or [0], steps=steps, guidance=guidance, height=height, width=width, frames=frames,
                         out=str(out_dir), device=device, budget=budget, name=name, search_evals=search_evals,
                         time_fp16=time_fp16)
-    if model == "":
-        raise UserError("--model: empty model name")
     reporter = BarReporter(quiet=as_json)
     try:
         result = run_profile(cfg, reporter)

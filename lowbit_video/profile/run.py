@@ -179,7 +179,7 @@ def choose_cells(profile: Profile, budget: Budget, *, session: Session | None = 
 def generate_command(cfg: ProfileConfig, session: Session, recipe_path: Path) -> str:
     """The `lowbit-video generate` command that runs the written policy next to the 16-bit baseline."""
     words = ["lowbit-video", "generate"]
-    if cfg.model is not None:
+    if cfg.model is not None or not cfg.model_path:  # a folder without a model name runs as its pipeline class
         words += ["--model", session.info.name]
     if cfg.model_path:
         words += ["--model-path", str(cfg.model_path)]
