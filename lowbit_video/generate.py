@@ -341,7 +341,7 @@ def resolve(cfg: GenerateConfig) -> Resolved:
 
 # Recipe fields added after runs were first stored, left out of a run's key at their default so the
 # runs made before they existed still match the recipes they were made with.
-LATER_FIELDS = {"attention": {"rotation_sigma": 1.0}}
+LATER_FIELDS = {"attention": {"rotation_sigma": 1.0}, "policy": {"high_precision_calls": ()}}
 
 
 def recipe_key(recipe: Recipe) -> dict:

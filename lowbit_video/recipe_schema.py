@@ -186,13 +186,18 @@ class PrecisionPolicy:
                                                      valid="a list of integers (negative: from the end)")
     high_precision_steps: tuple[int, ...] = setting((), "denoising steps kept at 16 bit",
                                                     valid="a list of integers (negative: from the end)")
+    # what `lowbit-video profile --budget` writes: the sensitive calls, not whole blocks or steps
+    high_precision_calls: tuple[tuple[int, int], ...] = setting(
+        (), "single (block, step) cells kept at 16 bit", width=2,
+        valid="a list of pairs of integers, block and step (negative: from the end)")
 
     def quantizes(self, *, block: int, step: int, num_steps: int, num_blocks: int, attention_type: str = "self") -> bool:
         if attention_type not in self.apply_to:
             return False
         blocks = {b if b >= 0 else num_blocks + b for b in self.high_precision_blocks}
         steps = {s if s >= 0 else num_steps + s for s in self.high_precision_steps}
-        return block not in blocks and step not in steps
+        calls = {(b if b >= 0 else num_blocks + b, s if s >= 0 else num_steps + s) for b, s in self.high_precision_calls}
+        return block not in blocks and step not in steps and (block, step) not in calls
 
 
 @dataclass(frozen=True)

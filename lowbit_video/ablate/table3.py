@@ -68,10 +68,11 @@ def check_rows(study: Study) -> list[tuple[object, Recipe]]:
     for row in p.rows:
         recipe = load_recipe(row.recipe)
         pol = recipe.policy
-        if pol.high_precision_blocks or pol.high_precision_steps:
+        if pol.high_precision_blocks or pol.high_precision_steps or pol.high_precision_calls:
             raise UserError(
                 f"study {study.name}: row {row.config!r} uses recipe {recipe.name} ({recipe.source}), which keeps a "
-                f"high-precision fallback (blocks {list(pol.high_precision_blocks)}, steps {list(pol.high_precision_steps)}); "
+                f"high-precision fallback (blocks {list(pol.high_precision_blocks)}, steps {list(pol.high_precision_steps)}, "
+                f"calls {[list(c) for c in pol.high_precision_calls]}); "
                 "Table 3 is fully 4-bit")
         if not recipe.attention.quantized or "self" not in pol.apply_to:
             raise UserError(f"study {study.name}: row {row.config!r}: recipe {recipe.name} does not quantize self-attention")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
-from . import ablate, adherence, bench, compare, diagnose, evaluate, generate, models, recipes, train_tiny
+from . import ablate, adherence, bench, compare, diagnose, evaluate, generate, models, profile, recipes, train_tiny
 from .common import OneLineErrors
 
 app = typer.Typer(
@@ -39,7 +39,7 @@ def root(
     pass
 
 
-for _module in (recipes, diagnose, train_tiny, generate, models, adherence, evaluate, compare, ablate, bench):
+for _module in (recipes, diagnose, train_tiny, generate, profile, models, adherence, evaluate, compare, ablate, bench):
     _module.register(app)
 
 

@@ -74,11 +74,13 @@ class VideoModel(ABC):
     def generate(self, prompts: list[str], seeds: list[int], *, recipe: Recipe, steps: int | None = None,
                  guidance: float | None = None, height: int | None = None, width: int | None = None,
                  frames: int | None = None, progress: Callable[[int, int], None] | None = None,
-                 capture: CaptureSpec | None = None) -> np.ndarray:
+                 capture: Any = None) -> np.ndarray:
         """One clip per (prompt, seed) pair: float32 (n, frames, height, width, 3) in [0, 1].
 
         `progress(done, total)` is called after every denoising step (total = steps x sampling
-        loops of this call). `capture` saves post-RoPE Q/K/V (capture.py)."""
+        loops of this call). `capture`: a CaptureSpec saves post-RoPE Q/K/V (capture.py); any other
+        object with CaptureWriter's `wants` / `save` (and `prompts` / `seeds` attributes) is handed
+        the same tensors in memory, on the model's device (lowbit_video.profile)."""
         prompts, seeds = list(prompts), [int(s) for s in seeds]
         if len(prompts) != len(seeds):
             raise UserError(f"{len(prompts)} prompts but {len(seeds)} seeds; pass one seed per prompt")
@@ -89,8 +91,11 @@ class VideoModel(ABC):
         tracker = StepTracker(on_step=progress)
         tracker.steps_total = s.steps * self._loops(len(prompts))
         writer = None
-        if capture is not None:
+        if isinstance(capture, CaptureSpec):
             writer = CaptureWriter(capture, {"model": self.info.name, "recipe": recipe.name})
+        elif capture is not None:  # a sink with CaptureWriter's wants/save that keeps Q/K/V in memory (profile)
+            writer = capture
+        if writer is not None:
             writer.prompts, writer.seeds = prompts, seeds
         scheduler = self._scheduler()
         from .injection import use_recipe

@@ -240,9 +240,12 @@ def install_recipe(target: Any, recipe: Recipe | str, *, scheduler: Any = None, 
     named = pipeline_transformers(target)
     if scheduler is None:
         scheduler = getattr(target, "scheduler", None)
-    steps = recipe.policy.high_precision_steps
-    if scheduler is None and tracker is None and steps and recipe_changes_attention(recipe):
-        raise UserError(f"recipe {recipe.name!r} keeps denoising steps {list(steps)} in 16 bit, so the step must be "
+    pol = recipe.policy
+    if scheduler is None and tracker is None and recipe_changes_attention(recipe) and (
+            pol.high_precision_steps or pol.high_precision_calls):
+        what = (f"denoising steps {list(pol.high_precision_steps)}" if pol.high_precision_steps
+                else f"{len(pol.high_precision_calls)} (block, step) calls")
+        raise UserError(f"recipe {recipe.name!r} keeps {what} in 16 bit, so the step must be "
                         "known: pass scheduler= (the one your sampling loop calls set_timesteps/step on)")
     handle = RecipeHandle(named, recipe, schedulers=[scheduler] if scheduler is not None else [], tracker=tracker,
                           capture=capture)
