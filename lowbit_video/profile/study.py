@@ -131,10 +131,28 @@ def study_markdown(result: dict[str, Any], cfg: StudyConfig, out: str = "results
             holds = prof >= paper
             verdict = (f"at the paper's 16-bit share {share:.3f}, profiled {prof:.2f} dB vs paper {paper:.2f} dB: "
                        f"the claim {'holds' if holds else 'does not hold'} ({prof - paper:+.2f} dB)")
-        verdicts.append(f"- {rec['recipe']}: {verdict}.")
-        lines += ["", f"{rec['recipe']}: {verdict}.", ""]
+        verdicts.append(f"- {rec['recipe']}: {verdict}; {against_uniform(rec['rows'])}.")
+        lines += ["", f"{rec['recipe']}: {verdict}.", "", f"Against the uniform policies: {against_uniform(rec['rows'])}.",
+                  ""]
     lines[len(lines):] = ["## Summary", "", *verdicts, ""]
     return "\n".join(lines)
+
+
+def against_uniform(rows: list[dict]) -> str:
+    """How the profiled policies fare against the uniform ones of the same 16-bit share (the best of them)."""
+    uniform: dict[float, dict] = {}
+    for r in rows:
+        key = round(r["fp16_share"], 3)
+        if r["family"] == "uniform" and (key not in uniform or r["psnr"] > uniform[key]["psnr"]):
+            uniform[key] = r
+    pairs = [(r, uniform[round(r["fp16_share"], 3)]) for r in rows
+             if r["family"] == "profiled" and r["fp16_share"] > 0 and round(r["fp16_share"], 3) in uniform]
+    if not pairs:
+        return "no uniform policy has the share of a profiled one"
+    wins = sum(p["psnr"] >= u["psnr"] for p, u in pairs)
+    detail = "; ".join(f"share {p['fp16_share']:.3f}: profiled {p['psnr']:.2f} dB, best uniform "
+                       f"{u['policy']} {u['psnr']:.2f} dB" for p, u in pairs)
+    return f"the profiled policy is at least as good at {wins} of {len(pairs)} shares ({detail})"
 
 
 def study_command(cfg: StudyConfig, out: str) -> str:
@@ -149,5 +167,5 @@ def study_command(cfg: StudyConfig, out: str) -> str:
     return " ".join(words) + f" --out {out}"
 
 
-__all__ = ["DEFAULT_RECIPES", "DEFAULT_SHARES", "StudyConfig", "kept_cells", "run_study", "study_command",
+__all__ = ["DEFAULT_RECIPES", "DEFAULT_SHARES", "StudyConfig", "against_uniform", "kept_cells", "run_study", "study_command",
            "study_markdown", "uniform_policies"]
