@@ -183,3 +183,16 @@ def test_bad_input_is_one_line(args, part, tmp_path):
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and part in lines[0], res.stderr
     assert not (tmp_path / "p" / "profile.json").exists()
+
+
+def test_the_study_compares_each_profiled_policy_with_the_best_uniform_one_of_its_share():
+    from lowbit_video.profile.study import against_uniform
+
+    rows = [dict(policy="36 most sensitive cells", family="profiled", fp16_share=0.5, psnr=36.0),
+            dict(policy="first 3 blocks", family="uniform", fp16_share=0.5, psnr=33.0),
+            dict(policy="first 6 steps", family="uniform", fp16_share=0.5, psnr=39.0),
+            dict(policy="10 most sensitive cells", family="profiled", fp16_share=0.139, psnr=30.0),
+            dict(policy="the recipe's fixed policy", family="paper", fp16_share=0.5, psnr=50.0)]
+    assert against_uniform(rows) == ("the profiled policy is at least as good at 0 of 1 shares (share 0.500: "
+                                     "profiled 36.00 dB, best uniform first 6 steps 39.00 dB)")
+    assert against_uniform(rows[3:]) == "no uniform policy has the share of a profiled one"
