@@ -76,12 +76,14 @@ def profile(
         return _study(out_dir, prompts, prompt_limit, seeds, steps, device, study_recipes, as_json)
     if recipe is None:
         raise UserError("--recipe is required: the recipe to profile (e.g. --recipe mxattention)")
+    from ..generate import GenerateConfig
     from ..profile.run import ProfileConfig, run_profile
 
-    cfg = ProfileConfig(recipe=recipe, model=model, model_path=model_path, prompts=prompt or None,
-                        prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit,
-                        seeds=seeds or [0], steps=steps, guidance=guidance, height=height, width=width, frames=frames,
-                        out=str(out_dir), device=device, budget=budget, name=name, search_evals=search_evals,
+    clips = GenerateConfig(model=model, recipes=["fp16"], model_path=model_path, prompts=prompt or None,
+                           prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit,
+                           seeds=seeds or [0], steps=steps, guidance=guidance, height=height, width=width,
+                           frames=frames, out=str(out_dir), device=device)
+    cfg = ProfileConfig(recipe=recipe, clips=clips, budget=budget, name=name, search_evals=search_evals,
                         time_fp16=time_fp16)
     reporter = BarReporter(quiet=as_json)
     try:

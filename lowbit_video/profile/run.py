@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import runstore
 from ..errors import UserError
+from ..generate import GenerateConfig
 from ..recipes import Recipe, load_recipe
 from .cells import FORMAT, FORMAT_VERSION, Profile, aggregate
 from .policy import (Budget, cells_for_share, cells_over_error, include_target, parse_budget, recipe_toml, share_of,
@@ -32,22 +33,11 @@ HEATMAP_NAME = "heatmap.png"
 
 @dataclass
 class ProfileConfig:
-    """What `lowbit-video profile` was asked for (None: the model's default, as in generate)."""
+    """What `lowbit-video profile` was asked for: the recipe, the 16-bit clips to make (model, prompts, seeds and
+    settings exactly as `generate` takes them; None: the model's default), and what to do with the profile."""
 
     recipe: str
-    model: str | None = "tiny-shapes"
-    model_path: str | None = None
-    prompts: Sequence[str] | None = None
-    prompts_file: str | None = None
-    prompt_limit: int | None = None
-    seeds: Sequence[int] = (0,)
-    steps: int | None = None
-    guidance: float | None = None
-    height: int | None = None
-    width: int | None = None
-    frames: int | None = None
-    out: str = "profile"
-    device: str = "auto"
+    clips: GenerateConfig = field(default_factory=lambda: GenerateConfig(recipes=["fp16"], out="profile"))
     budget: str | None = None
     name: str | None = None  # of the written recipe; default "<recipe>-profiled"
     search_evals: int = 6  # generations the psnr search may make
@@ -103,19 +93,16 @@ class Session:
 def open_session(cfg: ProfileConfig, reporter: Reporter | None = None) -> Session:
     """Resolve the model, prompts, seeds and settings as generate does, and load the model."""
     from ..devices import resolve_device
-    from ..generate import GenerateConfig, resolve, settle_from_model, unsettled
+    from ..generate import resolve, settle_from_model, unsettled
     from ..models import families, registry
 
     if cfg.search_evals < 1:
         raise UserError(f"--search-evals must be at least 1, got {cfg.search_evals}")
-    device = resolve_device(cfg.device)
-    gcfg = GenerateConfig(model=cfg.model, recipes=["fp16"], prompts=cfg.prompts, prompts_file=cfg.prompts_file,
-                          prompt_limit=cfg.prompt_limit, seeds=cfg.seeds, steps=cfg.steps, guidance=cfg.guidance,
-                          height=cfg.height, width=cfg.width, frames=cfg.frames, out=cfg.out,
-                          model_path=cfg.model_path, device=device)
-    res = resolve(gcfg)
-    name = None if cfg.model is None and cfg.model_path is not None else res.info.name
-    model = registry.load_model(name, path=cfg.model_path, device=device)
+    clips = cfg.clips
+    device = resolve_device(clips.device)
+    res = resolve(dataclasses.replace(clips, recipes=["fp16"], device=device))
+    name = None if clips.model is None and clips.model_path is not None else res.info.name
+    model = registry.load_model(name, path=clips.model_path, device=device)
     if unsettled(res):
         settle_from_model(res, model)
     settings = dict(steps=res.steps, guidance=res.guidance, height=res.height, width=res.width, frames=res.frames)
@@ -178,25 +165,26 @@ def choose_cells(profile: Profile, budget: Budget, *, session: Session | None = 
 
 def generate_command(cfg: ProfileConfig, session: Session, recipe_path: Path) -> str:
     """The `lowbit-video generate` command that runs the written policy next to the 16-bit baseline."""
+    clips = cfg.clips
     words = ["lowbit-video", "generate"]
-    if cfg.model is not None or not cfg.model_path:  # a folder without a model name runs as its pipeline class
+    if clips.model is not None or not clips.model_path:  # a folder without a model name runs as its pipeline class
         words += ["--model", session.info.name]
-    if cfg.model_path:
-        words += ["--model-path", str(cfg.model_path)]
+    if clips.model_path:
+        words += ["--model-path", str(clips.model_path)]
     words += ["--recipe", "fp16", str(recipe_path)]
-    if cfg.prompts:
-        for p in cfg.prompts:
+    if clips.prompts:
+        for p in clips.prompts:
             words += ["--prompt", p]
     else:
-        words += ["--prompts", str(cfg.prompts_file or "prompts/smoke.txt")]
-        if cfg.prompt_limit:
-            words += ["--prompt-limit", str(cfg.prompt_limit)]
+        words += ["--prompts", str(clips.prompts_file or "prompts/smoke.txt")]
+        if clips.prompt_limit:
+            words += ["--prompt-limit", str(clips.prompt_limit)]
     words += ["--seeds", *map(str, session.seeds), "--steps", str(session.settings["steps"])]
     for key in ("guidance", "height", "width", "frames"):
-        if getattr(cfg, key) is not None:
-            words += [f"--{key}", str(getattr(cfg, key))]
-    if cfg.device != "auto":
-        words += ["--device", cfg.device]
+        if getattr(clips, key) is not None:
+            words += [f"--{key}", str(getattr(clips, key))]
+    if clips.device != "auto":
+        words += ["--device", clips.device]
     return shlex.join(words)
 
 
@@ -221,7 +209,7 @@ def run_profile(cfg: ProfileConfig, reporter: Reporter | None = None) -> dict[st
     budget = parse_budget(cfg.budget) if cfg.budget else None
     name = cfg.name or f"{recipe.name}-profiled"
     if budget is not None:
-        runstore.check_output(Path(cfg.out) / f"{name}.toml", "--out", is_dir=False)
+        runstore.check_output(Path(cfg.clips.out) / f"{name}.toml", "--out", is_dir=False)
         include = include_target(recipe)  # before the generations: a recipe with no file fails now
     session = open_session(cfg, reporter)
     profiles, refs, timings = measure(session, [recipe])
@@ -232,10 +220,10 @@ def run_profile(cfg: ProfileConfig, reporter: Reporter | None = None) -> dict[st
         t0 = time.perf_counter()
         one.clips("fp16")
         timings["fp16_generation_s"] = round(time.perf_counter() - t0, 3)
-    out = Path(cfg.out)
+    out = Path(cfg.clips.out)
     doc: dict[str, Any] = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
-        "model": session.info.name, "model_path": cfg.model_path,
+        "model": session.info.name, "model_path": cfg.clips.model_path,
         "recipe_source": recipe.source, "prompts": session.prompts, "seeds": session.seeds,
         "settings": session.settings, "device": str(session.model.device), "timings": timings,
         **profile.to_dict(),

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..generate import GenerateConfig
 from ..recipes import PrecisionPolicy, Recipe, load_recipe
 from .policy import cells_for_share, with_cells
 from .run import ProfileConfig, Reporter, check_recipe, measure, open_session
@@ -57,9 +58,9 @@ def run_study(cfg: StudyConfig, reporter: Reporter | None = None) -> dict[str, A
     recipes = [load_recipe(r) for r in cfg.recipes]
     for r in recipes:
         check_recipe(r)
-    session = open_session(ProfileConfig(recipe=recipes[0].name, model="tiny-shapes", prompts_file=cfg.prompts_file,
-                                         prompt_limit=cfg.prompt_limit, seeds=cfg.seeds, steps=cfg.steps,
-                                         device=cfg.device, out="."), reporter)
+    clips = GenerateConfig(model="tiny-shapes", recipes=["fp16"], prompts_file=cfg.prompts_file,
+                           prompt_limit=cfg.prompt_limit, seeds=cfg.seeds, steps=cfg.steps, device=cfg.device, out=".")
+    session = open_session(ProfileConfig(recipe=recipes[0].name, clips=clips), reporter)
     profiles, refs, timings = measure(session, recipes)
     nb, ns = session.num_blocks, int(session.settings["steps"])
     total = nb * ns
