@@ -1,6 +1,7 @@
 """One attention call for Nsight Compute to profile: the operand pre-pass once, then the kernel once, on random
-bf16 Q, K, V at B=1, H=16, N=16384, D=128 (BHND). `ncu -k regex:NAME -c 1` then profiles the first launch of the
-kernel named NAME (attn_ws_fwd: the Gluon kernel; attn_fwd: the Triton kernel; the cuDNN kernel for sdpa-cudnn).
+bf16 Q, K, V at B=1, H=16, N=16384, D=128 (BHND; --tokens, --heads, --head-dim set them). `ncu -k regex:NAME
+-c 1` then profiles the first launch of the kernel named NAME (attn_ws_fwd: the Gluon kernel; attn_fwd: the Triton
+kernel; the cuDNN kernel for sdpa-cudnn).
 
 Example (on the GPU machine, repository root; summarise with benchmarks/ncu_summary.py):
     ncu --set full --page raw --csv -k regex:attn_ws_fwd -c 1 \\
@@ -20,12 +21,12 @@ import sys
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
-def run_once(recipe: str, config: dict, tokens: int = 16384, heads: int = 16) -> None:
+def run_once(recipe: str, config: dict, tokens: int = 16384, heads: int = 16, head_dim: int = 128) -> None:
     """The pre-pass and one kernel launch of `recipe` (or one torch SDPA cuDNN call for "sdpa-cudnn")."""
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(1, heads, tokens, 128, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(1, heads, tokens, head_dim, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
     if recipe == "sdpa-cudnn":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
                     help="kernel setting, as for `lowbit-video bench kernels --config` (repeat)")
     ap.add_argument("--tokens", type=int, default=16384, help="sequence length N (default 16384)")
     ap.add_argument("--heads", type=int, default=16, help="heads H (default 16)")
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128), help="head_dim D (default 128)")
     args = ap.parse_args(argv)
     config = {}
     for item in args.config:
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: ncu_target.py needs a CUDA GPU (none is visible)", file=sys.stderr)
         return 2
-    run_once(args.recipe, config, args.tokens, args.heads)
+    run_once(args.recipe, config, args.tokens, args.heads, args.head_dim)
     return 0
 
 

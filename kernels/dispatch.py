@@ -64,6 +64,8 @@ ATTENTION_SETTINGS = (
             "MXFP4 with direct P̃ placement)"),
     Setting("WORK_LOOP", bool, "Gluon: programs loop over their work tiles (default on, off for MXFP4 with direct "
             "P̃ placement)"),
+    Setting("CONSUMERS", int, "Gluon: consumer warpgroups per program, 64 query rows each: 2, or 3 (head_dim 64, "
+            "sage2-int8 and MXFP4)"),
     Setting("QK_FP8", bool, "INT4: Q/K codes as E4M3 on the FP8 MMA (default: where the Gluon kernel runs)"),
     Setting("BLOCK_M", int, "Triton: query rows per program, a power of two in 16..256 (INT4/NVFP4: 128)"),
     Setting("num_warps", int, "Triton: warps per program (1, 2, 4, 8, 16)"),
@@ -119,10 +121,10 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)
     if variant == "mx":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=pnq,
-                    WORK_LOOP=pnq)
+                    WORK_LOOP=pnq, CONSUMERS=2)
     if variant == "sage":
         return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
-                    WORK_LOOP=True)
+                    WORK_LOOP=True, CONSUMERS=2)
     if variant == "int4":
         # QK_FP8 None: E4M3 codes where the Gluon kernel runs (the Triton kernel measured 5 % slower with them)
         return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=None, GLUON=True,
@@ -527,6 +529,13 @@ def _merged(variant: str, head_dim: int, config: dict | None, placement: str) ->
                 "kernel config EARLY_QK (the Gluon kernel's early QKᵀ issue) needs GLUON")
     _knob_needs(cfg, asked, "WORK_LOOP", cfg.get("GLUON"),
                 "kernel config WORK_LOOP (the Gluon programs' loop over work tiles) needs GLUON")
+    if cfg.get("CONSUMERS", 2) not in (2, 3):
+        raise ValueError(f"kernel config CONSUMERS must be 2 or 3, got {cfg['CONSUMERS']}")
+    # three consumers' registers spill at head_dim 128; the INT4 kernel's Q-smoothing group is a 128-row program
+    if cfg.get("CONSUMERS", 2) == 3 and not (cfg.get("GLUON") and head_dim == 64 and variant in ("mx", "sage")):
+        if asked.get("CONSUMERS") == 3:
+            raise ValueError("kernel config CONSUMERS=3 needs GLUON, head_dim 64 and sage2-int8 or an MXFP4 recipe")
+        cfg["CONSUMERS"] = 2
     _knob_needs(cfg, asked, "QK_FP8", "QK_FP8" in defaults,
                 "kernel config QK_FP8 (INT4 codes of Q and K as E4M3) exists for the INT4 recipes only")
     return cfg

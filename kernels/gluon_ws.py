@@ -49,7 +49,9 @@ from .unrotate import unrotate
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
-CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program (with the loader warp: 65536 registers as 2·128·240 + 32·24)
+# registers of each worker consumer warpgroup (the first consumer, the default partition, gets what is left):
+# 2 consumers 2·128·240 + the loader's 32·24; 3 consumers 128·168 + 2·128·160 + the loader's warpgroup's 128·24
+CONSUMER_REGS = {2: 240, 3: 160}
 KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)  # one key tile's fp32 scales
 
 
@@ -269,17 +271,43 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
 
 
 @gluon.jit
-def row_sum_tree(x):
-    """Row sums of a 64×N wgmma-layout tile (N a multiple of 32) as a short tree instead of one (N/4 − 1)-deep
-    chain of dependent adds per row: a thread's N/4 values of a row are columns 32b + 8j + 2q + e (q its lane in
-    the quad), so the adds run over e, then j, then b (in-thread), then the quad (shuffles). Same count; depth
-    1 + 3 + 3 + 2 at N = 128."""
+def _row_partials(x, MAX: gl.constexpr):
+    """Each thread's share of the row maxima (MAX) or row sums of a 64×N wgmma-layout tile (N a multiple of 32),
+    (row, quad lane), as a short tree: a thread's N/4 values of a row are columns 32b + 8j + 2q + e (q its lane in
+    the quad), so the reduction runs over e, then j, then b, all in-thread, depth 1 + 3 + 3 at N = 128 instead of
+    one (N/4 − 1)-deep chain of dependent operations per row (what a plain reduction over the axis compiles to)."""
     M: gl.constexpr = x.shape[0]
-    t = gl.sum(gl.reshape(x, [M, x.shape[1] // 32, 4, 4, 2]), axis=4)  # (row, b, j, q)
-    t = gl.sum(t, axis=2)  # (row, b, q)
-    t = gl.sum(t, axis=1)  # (row, q)
+    t = gl.reshape(x, [M, x.shape[1] // 32, 4, 4, 2])  # (row, b, j, q, e)
+    if MAX:
+        return gl.max(gl.max(gl.max(t, axis=4), axis=2), axis=1)
+    else:
+        return gl.sum(gl.sum(gl.sum(t, axis=4), axis=2), axis=1)
+
+
+@gluon.jit
+def _finish_rows(t, like: gl.constexpr, MAX: gl.constexpr):
+    """The rows' maxima (MAX) or sums from `_row_partials`: over the quad (two shuffles), in layout `like` (the
+    tile's row layout: the same registers and lanes, so no data moves)."""
+    if MAX:
+        return gl.convert_layout(gl.max(t, axis=1), like)
+    else:
+        return gl.convert_layout(gl.sum(t, axis=1), like)
+
+
+@gluon.jit
+def row_sum_tree(x):
+    """Row sums of a 64×N wgmma-layout tile as a short tree (`_row_partials`); same count of adds as a plain sum,
+    depth 1 + 3 + 3 + 2 at N = 128."""
     row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
-    return gl.convert_layout(gl.sum(t, axis=1), row)  # the same registers and lanes: no data moves
+    return _finish_rows(_row_partials(x, False), row, False)
+
+
+@gluon.jit
+def row_max_tree(x):
+    """Row maxima of a 64×N wgmma-layout tile as a short tree (`_row_partials`): the same maxima as a plain
+    reduction (max is exact in any order), 7 + 2 deep at N = 128 instead of 31 + 2."""
+    row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
+    return _finish_rows(_row_partials(x, True), row, True)
 
 
 @gluon.jit
@@ -336,7 +364,7 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
     if MODE == 2 or MODE == 3:
-        rmax = gl.max(qk, axis=1)
+        rmax = row_max_tree(qk)
     else:
         # the 32-key block maxima first, the row maximum from them (1/32 of the extra work)
         bmax = gl.max(gl.reshape(qk, [qk.shape[0], BN // 32, 32]), axis=2)
@@ -361,9 +389,11 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         t_i = t_new
         e, tm = int4_p_codes(qk, rmax, PLEV, MASKED, ds_scale)  # as the Triton kernel's codes
         if PNQ:
-            l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1)
+            l_part = _row_partials(tm - 12582912.0, False)  # integer codes: exact in any order
+            l_unit = 1.0
         else:
-            l_i = l_i * alpha + gl.sum(e, axis=1) * PLEV
+            l_part = _row_partials(e, False)
+            l_unit = PLEV
         p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)  # the low byte is the code
     else:
         alpha = gl.exp2(m_i - m_use)
@@ -372,12 +402,8 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
             p = y
         else:
             p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
-        if PNQ:
-            l_i = l_i * alpha + row_sum_tree(p)
-        elif MODE == 1:
-            l_i = l_i * alpha + row_sum_tree(y)
-        else:
-            l_i = l_i * alpha + gl.sum(y, axis=1)
+        l_part = _row_partials(p if PNQ else y, False)
+        l_unit = 1.0
         p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
     if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
@@ -391,6 +417,10 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (r // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
+    # the row sums' last step (a butterfly over the quad) and ℓ's update while the MMAs run: ahead of the issue,
+    # their shuffle latency would come before it
+    row_l: gl.constexpr = m_i.type.layout
+    l_i = l_i * alpha + _finish_rows(l_part, row_l, False) * l_unit
     if NEXT:
         s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
     else:
@@ -567,7 +597,8 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
                 MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
                 SMQ: gl.constexpr = 0,
-                WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, num_warps: gl.constexpr = 4):
+                WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, NWG: gl.constexpr = 2,
+                CREGS: gl.constexpr = 240, num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
     w // cdiv(n_q, 128)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work tiles,
     w = program, program + programs, ...).
@@ -582,7 +613,6 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
     D: gl.constexpr = k_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    NWG: gl.constexpr = CONSUMERS
     q_s = gl.allocate_shared_memory(q_desc.dtype, [NWG, 64, D], q_desc.layout)
     k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(v_desc.dtype, [STAGES, D, BN], v_desc.layout)
@@ -612,9 +642,15 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
             svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
              ds_rows_bh, n_tiles, WORK_LOOP)
-    gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                        (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                        (_loader, largs)], [4, 1], [240, 24])
+    if NWG == 3:
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_loader, largs)], [4, 4, 1], [CREGS, CREGS, 24])
+    else:
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+                            (_loader, largs)], [4, 1], [CREGS, 24])
 
 
 _launch_attn_ws = Launcher(attn_ws_fwd)  # Triton's specialization once per argument signature, not per call
@@ -646,7 +682,7 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bool = False,
-           early: bool = False, work_loop: bool = False, lse=None):
+           early: bool = False, work_loop: bool = False, consumers: int = 2, lse=None):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
@@ -674,13 +710,13 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         B = BH // H
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
-    n_work = triton.cdiv(Nq, CONSUMERS.value * ROWS) * BH
+    n_work = triton.cdiv(Nq, consumers * ROWS) * BH
     _launch_attn_ws((n_work,),
         qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse, P["sqs"], P["sks"],
         P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
         DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
-        WRITE_LSE=lse is not None, num_warps=4)
+        WRITE_LSE=lse is not None, NWG=consumers, CREGS=CONSUMER_REGS[consumers], num_warps=4)
     if rot:
         # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
         unrotate(dst, P["hv"], out, so)
