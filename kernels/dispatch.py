@@ -64,8 +64,10 @@ ATTENTION_SETTINGS = (
             "MXFP4 with direct P̃ placement)"),
     Setting("WORK_LOOP", bool, "Gluon: programs loop over their work tiles (default on, off for MXFP4 with direct "
             "P̃ placement)"),
-    Setting("CONSUMERS", int, "Gluon: consumer warpgroups per program, 64 query rows each: 2, or 3 (head_dim 64, "
-            "sage2-int8 and MXFP4)"),
+    Setting("CONSUMERS", int, "Gluon: consumer warpgroups per program, 64 query rows each: 2, or 3 (sage2-int8 at "
+            "head_dim 64, its default there)"),
+    Setting("PROGRAMS", int, "Gluon: at most this many programs, each looping over its work tiles (a persistent "
+            "grid; needs WORK_LOOP); 0: one program per work tile (default)"),
     Setting("QK_FP8", bool, "INT4: Q/K codes as E4M3 on the FP8 MMA (default: where the Gluon kernel runs)"),
     Setting("BLOCK_M", int, "Triton: query rows per program, a power of two in 16..256 (INT4/NVFP4: 128)"),
     Setting("num_warps", int, "Triton: warps per program (1, 2, 4, 8, 16)"),
@@ -113,18 +115,18 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
     GLUON: the warp-specialized kernel where it applies, faster than the Triton kernel for every 8-bit recipe.
     EARLY_QK and WORK_LOOP: faster for sage2-int8, INT4 and the PNQ MXFP4 recipes, slower (3-9 %) for the MXFP4
     recipes that place P̃ directly, so they follow the placement. The attention kernels measured their best at the
-    same settings for head_dim 64 and 128; the draft Gluon kernel's K/V stages are as many as fit its shared memory
-    at the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it, runs
+    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS (3 at 64, where the registers allow); the
+    draft Gluon kernel's K/V stages are as many as fit its shared memory at the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it, runs
     `DRAFT_TRITON_STAGES`)."""
     pnq = placement == "pnq"
     if variant == "dense":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)
     if variant == "mx":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=pnq,
-                    WORK_LOOP=pnq, CONSUMERS=2)
+                    WORK_LOOP=pnq)
     if variant == "sage":
         return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
-                    WORK_LOOP=True, CONSUMERS=2)
+                    WORK_LOOP=True, CONSUMERS=3 if head_dim == 64 else 2)
     if variant == "int4":
         # QK_FP8 None: E4M3 codes where the Gluon kernel runs (the Triton kernel measured 5 % slower with them)
         return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=None, GLUON=True,
@@ -531,11 +533,13 @@ def _merged(variant: str, head_dim: int, config: dict | None, placement: str) ->
                 "kernel config WORK_LOOP (the Gluon programs' loop over work tiles) needs GLUON")
     if cfg.get("CONSUMERS", 2) not in (2, 3):
         raise ValueError(f"kernel config CONSUMERS must be 2 or 3, got {cfg['CONSUMERS']}")
-    # three consumers' registers spill at head_dim 128; the INT4 kernel's Q-smoothing group is a 128-row program
-    if cfg.get("CONSUMERS", 2) == 3 and not (cfg.get("GLUON") and head_dim == 64 and variant in ("mx", "sage")):
+    # three consumers' registers spill at head_dim 128 (and the MXFP4 kernels lost with them at 64: kernels/README.md)
+    if cfg.get("CONSUMERS", 2) == 3 and not (cfg.get("GLUON") and head_dim == 64 and variant == "sage"):
         if asked.get("CONSUMERS") == 3:
-            raise ValueError("kernel config CONSUMERS=3 needs GLUON, head_dim 64 and sage2-int8 or an MXFP4 recipe")
+            raise ValueError("kernel config CONSUMERS=3 needs GLUON, head_dim 64 and sage2-int8")
         cfg["CONSUMERS"] = 2
+    if asked.get("PROGRAMS") and not (cfg.get("GLUON") and cfg.get("WORK_LOOP")):
+        raise ValueError("kernel config PROGRAMS (a persistent grid) needs GLUON and WORK_LOOP")
     _knob_needs(cfg, asked, "QK_FP8", "QK_FP8" in defaults,
                 "kernel config QK_FP8 (INT4 codes of Q and K as E4M3) exists for the INT4 recipes only")
     return cfg
