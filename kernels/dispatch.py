@@ -66,8 +66,6 @@ ATTENTION_SETTINGS = (
             "P̃ placement)"),
     Setting("CONSUMERS", int, "Gluon: consumer warpgroups per program, 64 query rows each: 2, or 3 (sage2-int8 at "
             "head_dim 64, its default there)"),
-    Setting("PROGRAMS", int, "Gluon: at most this many programs, each looping over its work tiles (a persistent "
-            "grid; needs WORK_LOOP); 0: one program per work tile (default)"),
     Setting("QK_FP8", bool, "INT4: Q/K codes as E4M3 on the FP8 MMA (default: where the Gluon kernel runs)"),
     Setting("BLOCK_M", int, "Triton: query rows per program, a power of two in 16..256 (INT4/NVFP4: 128)"),
     Setting("num_warps", int, "Triton: warps per program (1, 2, 4, 8, 16)"),
@@ -538,8 +536,6 @@ def _merged(variant: str, head_dim: int, config: dict | None, placement: str) ->
         if asked.get("CONSUMERS") == 3:
             raise ValueError("kernel config CONSUMERS=3 needs GLUON, head_dim 64 and sage2-int8")
         cfg["CONSUMERS"] = 2
-    if asked.get("PROGRAMS") and not (cfg.get("GLUON") and cfg.get("WORK_LOOP")):
-        raise ValueError("kernel config PROGRAMS (a persistent grid) needs GLUON and WORK_LOOP")
     _knob_needs(cfg, asked, "QK_FP8", "QK_FP8" in defaults,
                 "kernel config QK_FP8 (INT4 codes of Q and K as E4M3) exists for the INT4 recipes only")
     return cfg

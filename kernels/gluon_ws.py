@@ -1,6 +1,6 @@
 """Warp-specialized Gluon attention (Hopper) for the recipes whose operands are 8-bit: sage2-int8 (MODE 2) and
 the MXFP4 family folded into E4M3 (MODE 1: mxattention, its ablations, mxfp4-ocp, mxfp4-tfs). Two consumer
-warpgroups, one TMA loader warp.
+warpgroups (three for sage2-int8 at head_dim 64: config CONSUMERS), one TMA loader warp.
 
 Why a second kernel beside `_core.attn_fwd` (results/kernels-h200.md): Triton 3.6 waits for every
 wgmma group right after issuing it, so inside a warpgroup QKᵀ, the softmax and P̃·V run one after another. ptxas
@@ -48,7 +48,7 @@ from ._launcher import Launcher
 from .unrotate import unrotate
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
-ROWS = 64  # query rows per consumer warpgroup; a program covers 2·ROWS = one MXFP4 Q exponent tile
+ROWS = 64  # query rows per consumer warpgroup; each warpgroup's rows lie in one MXFP4 Q exponent tile (128 rows)
 # registers of each worker consumer warpgroup (the first consumer, the default partition, gets what is left):
 # 2 consumers 2·128·240 + the loader's 32·24; 3 consumers 128·168 + 2·128·160 + the loader's warpgroup's 128·24
 CONSUMER_REGS = {2: 240, 3: 160}
@@ -271,43 +271,17 @@ def _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE: gl.constexpr, FLQ: gl.const
 
 
 @gluon.jit
-def _row_partials(x, MAX: gl.constexpr):
-    """Each thread's share of the row maxima (MAX) or row sums of a 64×N wgmma-layout tile (N a multiple of 32),
-    (row, quad lane), as a short tree: a thread's N/4 values of a row are columns 32b + 8j + 2q + e (q its lane in
-    the quad), so the reduction runs over e, then j, then b, all in-thread, depth 1 + 3 + 3 at N = 128 instead of
-    one (N/4 − 1)-deep chain of dependent operations per row (what a plain reduction over the axis compiles to)."""
-    M: gl.constexpr = x.shape[0]
-    t = gl.reshape(x, [M, x.shape[1] // 32, 4, 4, 2])  # (row, b, j, q, e)
-    if MAX:
-        return gl.max(gl.max(gl.max(t, axis=4), axis=2), axis=1)
-    else:
-        return gl.sum(gl.sum(gl.sum(t, axis=4), axis=2), axis=1)
-
-
-@gluon.jit
-def _finish_rows(t, like: gl.constexpr, MAX: gl.constexpr):
-    """The rows' maxima (MAX) or sums from `_row_partials`: over the quad (two shuffles), in layout `like` (the
-    tile's row layout: the same registers and lanes, so no data moves)."""
-    if MAX:
-        return gl.convert_layout(gl.max(t, axis=1), like)
-    else:
-        return gl.convert_layout(gl.sum(t, axis=1), like)
-
-
-@gluon.jit
 def row_sum_tree(x):
-    """Row sums of a 64×N wgmma-layout tile as a short tree (`_row_partials`); same count of adds as a plain sum,
-    depth 1 + 3 + 3 + 2 at N = 128."""
+    """Row sums of a 64×N wgmma-layout tile (N a multiple of 32) as a short tree instead of one (N/4 − 1)-deep
+    chain of dependent adds per row: a thread's N/4 values of a row are columns 32b + 8j + 2q + e (q its lane in
+    the quad), so the adds run over e, then j, then b (in-thread), then the quad (shuffles). Same count; depth
+    1 + 3 + 3 + 2 at N = 128."""
+    M: gl.constexpr = x.shape[0]
+    t = gl.sum(gl.reshape(x, [M, x.shape[1] // 32, 4, 4, 2]), axis=4)  # (row, b, j, q)
+    t = gl.sum(t, axis=2)  # (row, b, q)
+    t = gl.sum(t, axis=1)  # (row, q)
     row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
-    return _finish_rows(_row_partials(x, False), row, False)
-
-
-@gluon.jit
-def row_max_tree(x):
-    """Row maxima of a 64×N wgmma-layout tile as a short tree (`_row_partials`): the same maxima as a plain
-    reduction (max is exact in any order), 7 + 2 deep at N = 128 instead of 31 + 2."""
-    row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
-    return _finish_rows(_row_partials(x, True), row, True)
+    return gl.convert_layout(gl.sum(t, axis=1), row)  # the same registers and lanes: no data moves
 
 
 @gluon.jit
@@ -364,7 +338,7 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
     if MODE == 2 or MODE == 3:
-        rmax = row_max_tree(qk)
+        rmax = gl.max(qk, axis=1)
     else:
         # the 32-key block maxima first, the row maximum from them (1/32 of the extra work)
         bmax = gl.max(gl.reshape(qk, [qk.shape[0], BN // 32, 32]), axis=2)
@@ -389,11 +363,9 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         t_i = t_new
         e, tm = int4_p_codes(qk, rmax, PLEV, MASKED, ds_scale)  # as the Triton kernel's codes
         if PNQ:
-            l_part = _row_partials(tm - 12582912.0, False)  # integer codes: exact in any order
-            l_unit = 1.0
+            l_i = l_i * alpha + gl.sum(tm - 12582912.0, axis=1)
         else:
-            l_part = _row_partials(e, False)
-            l_unit = PLEV
+            l_i = l_i * alpha + gl.sum(e, axis=1) * PLEV
         p8 = _as_operand(tm.to(gl.int32, bitcast=True).to(gl.int8), p_layout)  # the low byte is the code
     else:
         alpha = gl.exp2(m_i - m_use)
@@ -402,8 +374,12 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
             p = y
         else:
             p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
-        l_part = _row_partials(p if PNQ else y, False)
-        l_unit = 1.0
+        if PNQ:
+            l_i = l_i * alpha + row_sum_tree(p)
+        elif MODE == 1:
+            l_i = l_i * alpha + row_sum_tree(y)
+        else:
+            l_i = l_i * alpha + gl.sum(y, axis=1)
         p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
     if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
@@ -417,10 +393,6 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(vready.index(st), (r // STAGES) & 1)
     pv_tok = warpgroup_mma(p8, v_s.index(st).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-    # the row sums' last step (a butterfly over the quad) and ℓ's update while the MMAs run: ahead of the issue,
-    # their shuffle latency would come before it
-    row_l: gl.constexpr = m_i.type.layout
-    l_i = l_i * alpha + _finish_rows(l_part, row_l, False) * l_unit
     if NEXT:
         s_cur, pv = warpgroup_mma_wait(0, deps=(s_tok, pv_tok))
     else:
@@ -599,9 +571,10 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
                 SMQ: gl.constexpr = 0,
                 WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, NWG: gl.constexpr = 2,
                 CREGS: gl.constexpr = 240, num_warps: gl.constexpr = 4):
-    """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 128)·n_bh − 1 (query tile w % cdiv(n_q, 128) of b·h
-    w // cdiv(n_q, 128)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work tiles,
-    w = program, program + programs, ...).
+    """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 64·NWG)·n_bh − 1 (query tile w % cdiv(n_q, 64·NWG) of
+    b·h w // cdiv(n_q, 64·NWG)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work
+    tiles, w = program, program + programs, ...). NWG consumer warpgroups of 64 query rows each (2, or 3 with CREGS
+    registers for the two worker consumers; MODE 3 with the ΔS table needs 2: one table row per 128-row program).
     q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -682,8 +655,7 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bool = False,
-           early: bool = False, work_loop: bool = False, consumers: int = 2, programs: int = 0,
-           lse=None):
+           early: bool = False, work_loop: bool = False, consumers: int = 2, lse=None):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
@@ -712,7 +684,7 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
     n_work = triton.cdiv(Nq, consumers * ROWS) * BH
-    _launch_attn_ws((min(n_work, programs) if programs else n_work,),
+    _launch_attn_ws((n_work,),
         qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse, P["sqs"], P["sks"],
         P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],

@@ -246,8 +246,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
                         defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
-                        work_loop=cfg.get("WORK_LOOP", False), consumers=cfg.get("CONSUMERS", 2),
-                        programs=cfg.get("PROGRAMS", 0), lse=lse)
+                        work_loop=cfg.get("WORK_LOOP", False), consumers=cfg.get("CONSUMERS", 2), lse=lse)
         st.kernel = "gluon"
     else:
         st.kernel = "triton"

@@ -257,7 +257,7 @@ def test_bad_kernel_config_is_refused(config, msg):
         merged_config("sage", 128, config)
 
 
-@pytest.mark.parametrize("key", ["WS", "TMA", "maxnreg", "PINGPONG", "PERSIST"])
+@pytest.mark.parametrize("key", ["WS", "TMA", "maxnreg", "PINGPONG", "PERSIST", "PROGRAMS"])
 def test_removed_settings_are_unknown(key):
     """Settings of experiments that measured slower or no faster were deleted (kernels/README.md says what each
     was); passing one is a one-line error, not a silent no-op."""

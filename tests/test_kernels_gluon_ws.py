@@ -106,24 +106,6 @@ def test_gluon_three_consumers_match_reference(b, h, nq, nk, layout):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention", "rotateattention-half"])
-def test_gluon_persistent_grid_changes_no_bit(recipe):
-    """config PROGRAMS: fewer programs than work tiles, each looping over its share (the K/Vᵀ ring and the next Q
-    load running on across them); each tile's arithmetic is the same, so are the output bits. (2, 40, 1000, 777):
-    640 work tiles on 7 programs (91 or 92 each), so every ring slot and barrier phase wraps many times."""
-    from lowbit_video.kernels.launch import KernelStats, attention
-
-    q, k, v = (t.cuda() for t in make_qkv(2, 40, 1000, 777, 128, outliers=True, seed=1777))
-    outs = []
-    for programs in (0, 7):
-        st = KernelStats()
-        outs.append(attention(q, k, v, recipe, config={"PROGRAMS": programs}, stats=st))
-        assert st.kernel == "gluon"
-    assert torch.equal(outs[0], outs[1])
-
-
-@pytest.mark.gpu
-@needs_cuda
 def test_gluon_mx_counts_inexact_p_blocks_as_the_triton_kernel():
     """Peaky rows put many P̃ blocks below what E4M3 holds; the Gluon kernel counts them as the Triton kernel
     does (equal up to the odd block whose fp32 exponent lands on the other side of a rule boundary)."""
