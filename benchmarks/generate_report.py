@@ -12,8 +12,8 @@ attention_calls). Per recipe it takes the run of its last seed. Two step times:
   compilation, cuDNN and allocator warm-up), paid once per process, not per clip.
 Ratios are fp16's time over the recipe's, fp16 from the same model in the same folder, compiled when
 the recipe's runs were (`generate --compile`: meta.json's `compile`; such rows read "<recipe> (compiled)").
-Compiled blocks do not count their attention calls, so a compiled row has no quantized steps to tell apart:
-its quantized step and that ratio stay empty, and its mean leaves out the first step only.
+Compiled blocks do not count their attention calls: a compiled run's quantized steps are those its
+policy planned to quantize (attention_calls.planned_quantized_steps), and its calls column says so.
 """
 
 from __future__ import annotations
@@ -42,8 +42,13 @@ def rows(root: str | Path) -> list[dict]:
         if key not in last or meta.get("seed", 0) >= last[key]["seed"]:
             calls = meta.get("attention_calls") or {}
             per_step = t["transformer_s_per_step"]
-            by_step = calls.get("by_step") or {}
-            is_quantized = [bool((by_step.get(str(i)) or {}).get("quantized")) for i in range(len(per_step))]
+            counted = calls.get("counted", True)
+            if counted:
+                by_step = calls.get("by_step") or {}
+                is_quantized = [bool((by_step.get(str(i)) or {}).get("quantized")) for i in range(len(per_step))]
+            else:
+                planned = set(calls.get("planned_quantized_steps") or ())
+                is_quantized = [i in planned for i in range(len(per_step))]
             quantized = [s for s, q in zip(per_step, is_quantized) if q]
             warm_up = {0, is_quantized.index(True)} if any(is_quantized) else {0}
             warm = [s for i, s in enumerate(per_step) if i not in warm_up]
@@ -54,7 +59,7 @@ def rows(root: str | Path) -> list[dict]:
                          "mean_step_s": statistics.fmean(warm or per_step), "step_s": per_step,
                          "peak_memory_gib": t.get("peak_memory_gib"),
                          "calls": {k: calls.get(k) for k in ("quantized", "high", "fallback", "engine")
-                                   if k in calls} if not compiled else None}
+                                   if k in calls} if counted else None}
     out = sorted(last.values(), key=lambda r: (r["model"], r["compiled"], r["recipe"] != "fp16", r["recipe"]))
     for r in out:
         base = last.get((r["model"], "fp16", r["compiled"]))
@@ -81,8 +86,7 @@ def markdown(table: list[dict]) -> str:
         calls = ("not counted (compiled)" if c is None else
                  f"{c.get('quantized', 0)} ({c.get('engine', 0)}) / {c.get('high', 0)} / {c.get('fallback', 0)}")
         recipe = f"{r['recipe']} (compiled)" if r["compiled"] else r["recipe"]
-        quantized = "?" if r["compiled"] else r["quantized_steps"]
-        lines.append(f"| {r['model']} | {recipe} | {r['steps']} ({quantized}) | {sec(r['clip_s'], 1)} "
+        lines.append(f"| {r['model']} | {recipe} | {r['steps']} ({r['quantized_steps']}) | {sec(r['clip_s'], 1)} "
                      f"| {sec(r['quantized_step_s'])} | {x(r['x_fp16_quantized_step'])} | {sec(r['mean_step_s'])} "
                      f"| {x(r['x_fp16_mean_step'])} | {r['peak_memory_gib']} | {calls} |")
     return "\n".join(lines)

@@ -796,8 +796,11 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
         raise RuntimeError(f"model returned frames of shape {clips.shape}, expected ({len(chunk)}, T, H, W, 3)")
     rd = recipe.to_dict()
     # attention calls of this model call by precision (quantized / high / fallback), when the model says; compiled
-    # blocks do not count their calls (attention_hook.py), so a compiled run records none rather than zeros
-    calls = None if cfg.compile else getattr(model, "last_run", None)
+    # blocks do not count their calls (attention_hook.py): a compiled run records the steps the policy planned to
+    # quantize rather than counts of zero
+    calls = getattr(model, "last_run", None)
+    if cfg.compile and isinstance(calls, dict):
+        calls = {"counted": False, **{k: calls[k] for k in ("num_steps", "planned_quantized_steps") if k in calls}}
     for run, clip in zip(chunk, clips):
         meta = {
             **base_meta,

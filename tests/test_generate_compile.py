@@ -48,8 +48,12 @@ def test_meta_says_compiled(grids):
         # the shipped model's 6 Wan blocks, each compiled whole by Inductor
         assert meta["compile"] == {"scope": "repeated blocks", "fullgraph": True, "backend": "inductor", "blocks": 6,
                                    "classes": ["WanTransformerBlock"]}
-        assert meta["request"]["compiled"] is True and meta["attention_calls"] is None  # compiled calls go uncounted
+        assert meta["request"]["compiled"] is True
+        # compiled calls go uncounted; the step the policy planned to quantize is known (sage2-int8: all, fp16: none)
+        assert meta["attention_calls"] == {"counted": False, "num_steps": 1,
+                                           "planned_quantized_steps": [0] if recipe == "sage2-int8" else []}
         assert eager[recipe][0]["compile"] is None and eager[recipe][0]["request"]["compiled"] is False
+        assert eager[recipe][0]["attention_calls"]["quantized"] == (6 if recipe == "sage2-int8" else 0)  # a call a block
 
 
 def test_compiled_fp16_equals_eager_within_one_level(grids):
