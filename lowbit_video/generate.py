@@ -782,7 +782,7 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
                                capture=capture)
     except ValueError as e:  # e.g. a prompt or size the model cannot take: one line
         raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    except RuntimeError as e:
+    except Exception as e:  # noqa: BLE001 - torch.compile's errors share no base class but Exception
         from .models.regional_compile import is_compile_error
 
         if not (cfg.compile and is_compile_error(e)):

@@ -116,7 +116,7 @@ class VideoModel(ABC):
         call under whatever recipe is installed then; returns what a run's meta records of it."""
         from .regional_compile import BACKEND, compile_blocks, describe
 
-        blocks = [b for _, t in self._transformers() if t is not None for b in compile_blocks(t)]
+        blocks = [b for _, t in self._transformers() if t is not None for b in compile_blocks(t, backend=BACKEND)]
         return describe(blocks, BACKEND)
 
     def describe(self) -> dict[str, Any]:

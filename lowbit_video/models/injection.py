@@ -148,7 +148,8 @@ class RecipeHandle:
     def calls(self) -> dict[str, Any]:
         """Attention calls so far: {"quantized", "high", "fallback", "engine", "by_step", "by_expert", "by_type",
         "num_steps", "planned_quantized_steps"} ("planned_quantized_steps": the steps whose forwards the policy planned
-        to quantize a call of, also known where compiled blocks leave the calls uncounted; "high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
+        to quantize a call of, also known where compiled blocks leave the calls uncounted;
+        "high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
         the quantized path could not express the call (its mask, causal, grouped-query heads, head_dim); "engine": quantized calls on a CUDA device that
         no kernel takes, run by the float64 reference engine instead)."""
         return self.context.summary()

@@ -65,15 +65,16 @@ def forget_graphs() -> None:
     """Drop every graph dynamo has compiled in this process (`torch._dynamo.reset`), before a recipe's first call:
     the blocks are then traced afresh under that recipe's hooks, whatever ran before. Dynamo's guards would tell most
     recipes apart on their own, but every recipe adds graphs to the blocks' shared code, and past dynamo's recompile
-    limit (8) a block would quietly run eagerly in the middle of a timed grid."""
+    limit (8) a fullgraph block fails: a grid of nine recipes could not be compiled."""
     torch._dynamo.reset()
 
 
 def is_compile_error(error: BaseException) -> bool:
-    """Whether `error` is torch.compile's (a graph break under fullgraph, a backend that failed), not the model's."""
-    from torch._dynamo.exc import TorchDynamoException
+    """Whether `error` is torch.compile's (a graph break under fullgraph, a backend that failed, the recompile limit
+    reached), not the model's."""
+    from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
 
-    return isinstance(error, TorchDynamoException)
+    return isinstance(error, (TorchDynamoException, FailOnRecompileLimitHit))
 
 
 def describe(blocks: list[torch.nn.Module], backend: str = BACKEND) -> dict[str, Any]:
@@ -82,4 +83,5 @@ def describe(blocks: list[torch.nn.Module], backend: str = BACKEND) -> dict[str,
             "classes": sorted({type(b).__name__ for b in blocks})}
 
 
-__all__ = ["BACKEND", "compile_blocks", "describe", "forget_graphs", "is_compile_error", "is_compiled", "repeated_blocks", "uncompile_blocks"]
+__all__ = ["BACKEND", "compile_blocks", "describe", "forget_graphs", "is_compile_error", "is_compiled",
+           "repeated_blocks", "uncompile_blocks"]
