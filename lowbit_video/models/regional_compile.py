@@ -10,6 +10,8 @@ for that: attention_hook.py), at a fraction of a whole-model compile's time. Whi
 * a model with neither is refused in one line naming its class.
 
 `torch.compile` is lazy: the blocks are traced on their first call, with whatever hooks are installed then.
+`generate --compile` compiles them once after loading and calls `forget_graphs` before each recipe's first call;
+`train-tiny --compile` compiles them after its eager steps and `uncompile_blocks` them if the compile fails.
 """
 
 from __future__ import annotations
