@@ -10,7 +10,10 @@ attention_calls). Per recipe it takes the run of its last seed. Two step times:
 * mean step: the mean over the steps, the policy included (what a clip of that many steps gets),
   leaving out the first step and the first quantized step: they absorb one-time costs (kernel
   compilation, cuDNN and allocator warm-up), paid once per process, not per clip.
-Ratios are fp16's time over the recipe's, fp16 from the same model in the same folder.
+Ratios are fp16's time over the recipe's, fp16 from the same model in the same folder, compiled when
+the recipe's runs were (`generate --compile`: meta.json's `compile`; such rows read "<recipe> (compiled)").
+Compiled blocks do not count their attention calls: a compiled run's quantized steps are those its
+policy planned to quantize (attention_calls.planned_quantized_steps), and its calls column says so.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from lowbit_video import runstore
 
 
 def rows(root: str | Path) -> list[dict]:
-    """One row per (model, recipe): the figures of its last-seed run."""
-    last: dict[tuple[str, str], dict] = {}
+    """One row per (model, recipe, compiled or not): the figures of its last-seed run."""
+    last: dict[tuple[str, str, bool], dict] = {}
     for run in runstore.find_runs([root]):
         meta = runstore.read_meta(run) or {}
         model = (meta.get("model") or {}).get("name")
@@ -34,26 +37,32 @@ def rows(root: str | Path) -> list[dict]:
         t = meta.get("timings") or {}
         if not model or not recipe or not t.get("transformer_s_per_step"):
             continue
-        key = (model, recipe)
+        compiled = bool(meta.get("compile"))
+        key = (model, recipe, compiled)
         if key not in last or meta.get("seed", 0) >= last[key]["seed"]:
             calls = meta.get("attention_calls") or {}
             per_step = t["transformer_s_per_step"]
-            by_step = calls.get("by_step") or {}
-            is_quantized = [bool((by_step.get(str(i)) or {}).get("quantized")) for i in range(len(per_step))]
+            counted = calls.get("counted", True)
+            if counted:
+                by_step = calls.get("by_step") or {}
+                is_quantized = [bool((by_step.get(str(i)) or {}).get("quantized")) for i in range(len(per_step))]
+            else:
+                planned = set(calls.get("planned_quantized_steps") or ())
+                is_quantized = [i in planned for i in range(len(per_step))]
             quantized = [s for s, q in zip(per_step, is_quantized) if q]
             warm_up = {0, is_quantized.index(True)} if any(is_quantized) else {0}
             warm = [s for i, s in enumerate(per_step) if i not in warm_up]
-            last[key] = {"model": model, "recipe": recipe, "seed": meta.get("seed"),
+            last[key] = {"model": model, "recipe": recipe, "compiled": compiled, "seed": meta.get("seed"),
                          "size": meta.get("size"), "steps": len(per_step), "quantized_steps": len(quantized),
                          "clip_s": t.get("sample_s"),
                          "quantized_step_s": statistics.median(quantized) if quantized else None,
                          "mean_step_s": statistics.fmean(warm or per_step), "step_s": per_step,
                          "peak_memory_gib": t.get("peak_memory_gib"),
                          "calls": {k: calls.get(k) for k in ("quantized", "high", "fallback", "engine")
-                                   if k in calls}}
-    out = sorted(last.values(), key=lambda r: (r["model"], r["recipe"] != "fp16", r["recipe"]))
+                                   if k in calls} if counted else None}
+    out = sorted(last.values(), key=lambda r: (r["model"], r["compiled"], r["recipe"] != "fp16", r["recipe"]))
     for r in out:
-        base = last.get((r["model"], "fp16"))
+        base = last.get((r["model"], "fp16", r["compiled"]))
         fp16_step = base["mean_step_s"] if base else None  # fp16 has no policy: every warm step costs the same
         r["x_fp16_quantized_step"] = (round(fp16_step / r["quantized_step_s"], 3)
                                       if fp16_step and r["quantized_step_s"] else None)
@@ -74,8 +83,10 @@ def markdown(table: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         c = r["calls"]
-        calls = f"{c.get('quantized', 0)} ({c.get('engine', 0)}) / {c.get('high', 0)} / {c.get('fallback', 0)}"
-        lines.append(f"| {r['model']} | {r['recipe']} | {r['steps']} ({r['quantized_steps']}) | {sec(r['clip_s'], 1)} "
+        calls = ("not counted (compiled)" if c is None else
+                 f"{c.get('quantized', 0)} ({c.get('engine', 0)}) / {c.get('high', 0)} / {c.get('fallback', 0)}")
+        recipe = f"{r['recipe']} (compiled)" if r["compiled"] else r["recipe"]
+        lines.append(f"| {r['model']} | {recipe} | {r['steps']} ({r['quantized_steps']}) | {sec(r['clip_s'], 1)} "
                      f"| {sec(r['quantized_step_s'])} | {x(r['x_fp16_quantized_step'])} | {sec(r['mean_step_s'])} "
                      f"| {x(r['x_fp16_mean_step'])} | {r['peak_memory_gib']} | {calls} |")
     return "\n".join(lines)

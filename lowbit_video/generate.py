@@ -46,6 +46,12 @@
 * **Context parallelism.** `context_parallel="ulysses"|"ring"` with `cp_degree=K` under torchrun
   (WORLD_SIZE = K): every rank runs every run, each on 1/K of the video tokens
   (models/context_parallel.py); rank 0 writes the files.
+* **Compiled.** `compile=True` (--compile) compiles the transformer's repeated blocks (regional torch.compile,
+  fullgraph, Inductor: models/regional_compile.py) once the model is loaded, the same for every recipe, fp16
+  included. Dynamo's graphs are dropped before each recipe's first call, so every recipe is traced afresh with its
+  own hooks (its first steps include the compilation) and none reuses a graph of another. Compiled frames differ
+  from eager ones in the last float bits (fused kernels round differently), so `compiled` is part of a run's
+  request: a complete eager run is not taken for a compiled one.
 """
 
 from __future__ import annotations
@@ -85,7 +91,9 @@ META_FORMAT = 1
 MANIFEST_NAME = "manifest.json"
 CONTEXT_PARALLEL = ("ulysses", "ring")
 # Settings that must agree between a complete run on disk and the one asked for, for it to be skipped.
-REQUEST_KEYS = ("model", "recipe", "prompt", "seed", "steps", "guidance", "height", "width", "frames")
+REQUEST_KEYS = ("model", "recipe", "prompt", "seed", "steps", "guidance", "height", "width", "frames", "compiled")
+# What a request key means in a run stored before the key existed (runs made before --compile ran eagerly).
+REQUEST_DEFAULTS = {"compiled": False}
 
 
 @dataclass
@@ -116,6 +124,7 @@ class GenerateConfig:
     context_parallel: str | None = None          # "ulysses" | "ring" (under torchrun); None: off
     cp_degree: int | None = None                 # ranks that share one run (None: WORLD_SIZE)
     manifest: bool = True                        # write <out>/manifest.json
+    compile: bool = False                        # regional torch.compile of the transformer blocks (module doc)
 
 
 @dataclass
@@ -161,6 +170,7 @@ class Resolved:
     height: int | None
     width: int | None
     frames: int | None
+    compiled: bool = False
     runs: list[Run] = field(default_factory=list)
     suite: dict[str, dict] = field(default_factory=dict)  # prompt -> its VBench suite entry (vbench_suite.py)
 
@@ -329,12 +339,14 @@ def resolve(cfg: GenerateConfig) -> Resolved:
         steps=_setting(int, cfg.steps, info.default_steps),
         guidance=_setting(float, cfg.guidance, info.default_guidance),
         height=_setting(int, cfg.height, info.default_height), width=_setting(int, cfg.width, info.default_width),
-        frames=_setting(int, cfg.frames, info.default_frames),
+        frames=_setting(int, cfg.frames, info.default_frames), compiled=bool(cfg.compile),
     )
     res.runs = [Run(runstore.run_dir(cfg.out, info.name, r.name, p, s), info.name, r, p, s)
                 for r in recipes for p in prompts for s in seeds]
     runstore.check_output(cfg.out, "--out")  # before the model is loaded (seconds to minutes)
     if cfg.capture_dir:
+        if cfg.compile:  # a capture saves tensors from Python, which a fullgraph block cannot run
+            raise UserError("--capture-qkv cannot be combined with --compile (Q/K/V are captured in eager calls)")
         runstore.check_output(cfg.capture_dir, "--capture-qkv")
     return res
 
@@ -358,16 +370,19 @@ def recipe_key(recipe: Recipe) -> dict:
 def request_of(res: Resolved, run: Run) -> dict:
     return {"model": run.model, "recipe": recipe_key(run.recipe), "prompt": run.prompt, "seed": run.seed,
             "steps": res.steps, "guidance": res.guidance, "height": res.height, "width": res.width,
-            "frames": res.frames}
+            "frames": res.frames, "compiled": res.compiled}
 
 
 def _mismatch(old: dict, new: dict) -> str | None:
     new = json.loads(json.dumps(_jsonable(new)))  # compare as stored (tuples -> lists)
     for key in REQUEST_KEYS:
-        if key in old and old[key] != new[key]:
+        if key not in old and key not in REQUEST_DEFAULTS:
+            continue
+        was = old.get(key, REQUEST_DEFAULTS.get(key))
+        if was != new[key]:
             if key == "recipe":
                 return "the recipe's contents differ"
-            return f"{key} {old[key]!r} != {new[key]!r}"
+            return f"{key} {was!r} != {new[key]!r}"
     return None
 
 
@@ -611,6 +626,7 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
             from .models.context_parallel import enable_context_parallel
 
             enable_context_parallel(model, cfg.context_parallel, cp_degree)
+        compiled = _compile(model, res.info.name) if cfg.compile else None
         described = _jsonable(model.describe()) if hasattr(model, "describe") else {}
         base_meta = {
             "format": "lowbit-video run", "format_version": META_FORMAT,
@@ -622,7 +638,7 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
             "steps": res.steps, "guidance": res.guidance,
             "size": {"height": res.height, "width": res.width, "frames": res.frames}, "fps": cfg.fps,
             "device": device, "versions": versions(), "git_revision": git_revision(),
-            "argv": list(sys.argv),
+            "argv": list(sys.argv), "compile": compiled,
         }
         if not spec.single or cp_degree:
             base_meta["distributed"] = {"shard": spec.to_dict(), "context_parallel": (
@@ -634,9 +650,15 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
         for run in todo:
             groups.setdefault((run.recipe.name, run.prompt), []).append(run)
         started = time.time()
+        traced_for = None  # the recipe the compiled blocks were last traced under
         for runs in groups.values():
             for i in range(0, len(runs), size):
                 chunk = runs[i: i + size]
+                if cfg.compile and chunk[0].recipe.name != traced_for:
+                    from .models.regional_compile import forget_graphs
+
+                    forget_graphs()
+                    traced_for = chunk[0].recipe.name
                 if cp_degree:  # every rank runs every run of the grid together: no claims
                     _run_batch(model, res, cfg, chunk, rep, base_meta, load_s, write=writer)
                     continue
@@ -667,6 +689,13 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
             "missing": sum(r["status"] == "missing" for r in runs) if runs else None,
         })
     return out
+
+
+def _compile(model: Any, name: str) -> dict:
+    """Compile the loaded model's transformer blocks (--compile); what the runs' meta records of it."""
+    if not hasattr(model, "compile_blocks"):
+        raise UserError(f"--compile: model {name} has no transformer blocks to compile")
+    return model.compile_blocks()
 
 
 def _load(model: Any, res: Resolved, cfg: GenerateConfig, device: str, rep: Reporter) -> tuple[Any, float]:
@@ -753,13 +782,25 @@ def _run_batch(model, res: Resolved, cfg: GenerateConfig, chunk: list[Run], rep:
                                capture=capture)
     except ValueError as e:  # e.g. a prompt or size the model cannot take: one line
         raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    except Exception as e:  # noqa: BLE001 - torch.compile's errors share no base class but Exception
+        from .models.regional_compile import is_compile_error
+
+        if not (cfg.compile and is_compile_error(e)):
+            raise
+        first = next((line for line in str(e).splitlines() if line.strip()), "")
+        raise UserError(f"--compile: torch.compile of the transformer blocks failed under recipe {recipe.name} "
+                        f"({type(e).__name__}: {first[:200]}); run without --compile") from None
     sample_s = time.perf_counter() - t0
     clips = np.asarray(clips)
     if clips.ndim != 5 or clips.shape[0] != len(chunk) or clips.shape[-1] != 3:
         raise RuntimeError(f"model returned frames of shape {clips.shape}, expected ({len(chunk)}, T, H, W, 3)")
     rd = recipe.to_dict()
-    # attention calls of this model call by precision (quantized / high / fallback), when the model says
+    # attention calls of this model call by precision (quantized / high / fallback), when the model says; compiled
+    # blocks do not count their calls (attention_hook.py): a compiled run records the steps the policy planned to
+    # quantize rather than counts of zero
     calls = getattr(model, "last_run", None)
+    if cfg.compile and isinstance(calls, dict):
+        calls = {"counted": False, **{k: calls[k] for k in ("num_steps", "planned_quantized_steps") if k in calls}}
     for run, clip in zip(chunk, clips):
         meta = {
             **base_meta,

@@ -198,6 +198,26 @@ def test_other_settings_are_an_error_not_a_skip(fake, tmp_path):
     assert res["generated"] == 2 and runstore.read_meta(res["runs"][0]["dir"])["steps"] == 5
 
 
+def test_an_eager_run_is_not_taken_for_a_compiled_one(fake, tmp_path):
+    gen.generate(cfg(tmp_path, seeds=[0], recipes=["fp16"]))
+    with pytest.raises(UserError, match="other settings.*compiled False != True"):
+        gen.generate(cfg(tmp_path, seeds=[0], recipes=["fp16"], compile=True))
+    # a run stored before runs recorded `compiled` ran eagerly: still skipped by an eager request
+    run = runstore.find_runs([tmp_path])[0]
+    meta = runstore.read_meta(run)
+    del meta["request"]["compiled"]
+    (run / runstore.META_NAME).write_text(json.dumps(meta))
+    assert gen.generate(cfg(tmp_path, seeds=[0], recipes=["fp16"]))["skipped"] == 2
+
+
+def test_compile_needs_a_model_with_blocks_and_no_captures(fake, tmp_path):
+    with pytest.raises(UserError, match="^--compile: model tiny-shapes has no transformer blocks to compile$"):
+        gen.generate(cfg(tmp_path / "a", seeds=[0], recipes=["fp16"], compile=True))
+    with pytest.raises(UserError, match="--capture-qkv cannot be combined with --compile"):
+        gen.generate(cfg(tmp_path / "b", seeds=[0], recipes=["fp16"], compile=True, capture_dir=str(tmp_path / "q")))
+    assert fake.model.calls == [] and not (tmp_path / "a").exists()
+
+
 def test_bad_inputs_are_user_errors(fake, tmp_path):
     bad = [
         (dict(recipes=["no-such-recipe"]), "unknown recipe"),

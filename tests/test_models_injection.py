@@ -161,6 +161,7 @@ def test_high_precision_steps_are_counted_per_step(wan_pipe):
     for step in ("1", "2"):  # self-attention quantized, cross-attention 16-bit (policy apply_to = self)
         assert calls["by_step"][step] == {"quantized": 2 * 2, "high": 2 * 2, "fallback": 0, "engine": 0}
     assert (calls["quantized"], calls["high"], calls["fallback"]) == (8, 16, 0)
+    assert calls["planned_quantized_steps"] == [1, 2]  # what a compiled run, whose calls go uncounted, records
 
 
 # ------------------------------------------------------------------- generate against the model written out

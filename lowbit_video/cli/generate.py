@@ -41,6 +41,7 @@ def generate(
     shard: Optional[str] = typer.Option(None, "--shard", help="Run only shard i of n of the grid (i counts from 0), e.g. --shard $SLURM_ARRAY_TASK_ID/8 in a cluster array job. Under torchrun the rank picks the shard by itself."),
     context_parallel: Optional[str] = typer.Option(None, "--context-parallel", help="ulysses or ring: split each video's tokens over the torchrun processes (diffusers context parallelism; Wan models)."),
     cp_degree: Optional[int] = typer.Option(None, "--cp-degree", help="Processes per video with --context-parallel (default and currently required: WORLD_SIZE)."),
+    compile_: bool = typer.Option(False, "--compile", help="Regional torch.compile of the transformer's repeated blocks (fullgraph, Inductor), the same for every recipe, so fp16 is compiled too; each recipe is compiled afresh, so its first steps include the compilation. Recorded in each run's meta.json (compile)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Generate videos for prompts x seeds x recipes: video.mp4, frames.png, frames.npz and meta.json per run.
@@ -64,6 +65,7 @@ def generate(
         guidance=guidance, height=height, width=width, frames=frames, out=out_dir, model_path=model_path,
         device=device, batch=batch, capture_dir=capture_qkv, capture_blocks=capture_blocks,
         capture_steps=capture_steps, overwrite=overwrite, context_parallel=context_parallel, cp_degree=cp_degree,
+        compile=compile_,
     )
     spec = ShardSpec.from_cli_or_env(shard)
     cfg.shard = spec

@@ -111,6 +111,14 @@ class VideoModel(ABC):
         video = np.asarray(video, dtype=np.float32)
         return np.clip(video, 0.0, 1.0)
 
+    def compile_blocks(self) -> dict[str, Any]:
+        """Regional torch.compile of every transformer's repeated blocks (regional_compile.py), traced at their first
+        call under whatever recipe is installed then; returns what a run's meta records of it."""
+        from .regional_compile import BACKEND, compile_blocks, describe
+
+        blocks = [b for _, t in self._transformers() if t is not None for b in compile_blocks(t, backend=BACKEND)]
+        return describe(blocks, BACKEND)
+
     def describe(self) -> dict[str, Any]:
         """JSON-ready description: model, classes, config essentials, blocks, device, dtype."""
         from .families import block_lists

@@ -147,7 +147,9 @@ class RecipeHandle:
     @property
     def calls(self) -> dict[str, Any]:
         """Attention calls so far: {"quantized", "high", "fallback", "engine", "by_step", "by_expert", "by_type",
-        "num_steps"} ("high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
+        "num_steps", "planned_quantized_steps"} ("planned_quantized_steps": the steps whose forwards the policy planned
+        to quantize a call of, also known where compiled blocks leave the calls uncounted;
+        "high": kept in 16 bit by the recipe's policy; "fallback": ran the original kernel because
         the quantized path could not express the call (its mask, causal, grouped-query heads, head_dim); "engine": quantized calls on a CUDA device that
         no kernel takes, run by the float64 reference engine instead)."""
         return self.context.summary()
@@ -214,6 +216,8 @@ class RecipeHandle:
             ctx.forward_index = ctx.tracker.on_forward()
             for hook in hooks:  # the policy's decisions for this forward's step
                 hook.make_plan()
+            if not torch.compiler.is_compiling():  # a Python set dynamo would guard on
+                ctx.note_plan(any(h.quant_cross if h.declared_cross else h.quant_self for h in hooks))
             return None
 
         return hook

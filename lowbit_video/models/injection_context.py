@@ -37,6 +37,9 @@ class InjectionContext:
         # (expert, block, step, attention_type, "quantized" | "high" | "fallback" | "engine") -> number of calls
         self.stats: Counter = Counter()
         self.fallback_reasons: Counter = Counter()  # why calls ran the original kernel -> number of calls
+        # steps whose forwards the policy planned to quantize some call of (the transformer's pre-hook runs eagerly
+        # also when the blocks are compiled, whose calls go uncounted: what tells a compiled run's quantized steps)
+        self.planned_steps: set[int] = set()
         # key-padding plans of this forward's masks (masks.padding_plan), emptied by the transformer's pre-hook
         self.mask_plans: dict = {}
         self._warned: set[str] = set()
@@ -50,6 +53,11 @@ class InjectionContext:
         policy_type = "cross" if attention_type == "cross" else "self"
         return self.recipe.policy.quantizes(block=block, step=self.tracker.step, num_steps=self.tracker.num_steps,
                                             num_blocks=num_blocks, attention_type=policy_type)
+
+    def note_plan(self, quantizes_any: bool) -> None:
+        """The plan of the forward about to run (made by every hook): whether any of its calls is quantized."""
+        if quantizes_any:
+            self.planned_steps.add(self.tracker.step)
 
     def row_labels(self, batch: int) -> list[tuple[int, str]]:
         """(prompt index, "cond" | "uncond") of each batch row of the running forward.
@@ -81,6 +89,7 @@ class InjectionContext:
                 table.setdefault(key, {"quantized": 0, "high": 0, "fallback": 0, "engine": 0})[how] += n
         out["num_steps"] = self.tracker.num_steps
         out["fallback_reasons"] = dict(self.fallback_reasons)
+        out["planned_quantized_steps"] = sorted(self.planned_steps)
         return out
 
 

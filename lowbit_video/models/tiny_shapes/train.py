@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..regional_compile import compile_blocks, uncompile_blocks
 from .model import TinyShapesModel, default_config, shift_sigma
 
 CHECKPOINT = "checkpoint.pt"
@@ -341,15 +342,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, log: Callable[[str], None] 
         model.transformer.rope.freqs_sin = model.transformer.rope.freqs_sin.float()
     compiled = False
     eager_rate: float | None = None
-    blocks = [m for m in model.transformer.modules() if type(m).__name__ in model.transformer._repeated_blocks]
+    blocks: list[torch.nn.Module] = []
 
     def set_compiled(on: bool) -> None:
-        # Regional compilation (diffusers' compile_repeated_blocks): one graph for all Wan blocks.
-        for b in blocks:
-            if on:
-                b.compile(fullgraph=True)
-            else:
-                b._compiled_call_impl = None
+        # Regional compilation (the same as generate --compile's): one graph for all Wan blocks.
+        if on:
+            blocks[:] = compile_blocks(model.transformer)
+        else:
+            uncompile_blocks(blocks)
 
     left_id, right_id = model._index.get("left"), model._index.get("right")
     B = cfg.batch
