@@ -4,8 +4,8 @@
 Blocks of one class share their code, so dynamo compiles one graph for all of them (the recipe's hooks are made
 for that: attention_hook.py), at a fraction of a whole-model compile's time. Which blocks:
 
-* the classes a diffusers model names in `_repeated_blocks` (WanTransformer3DModel: WanTransformerBlock), compiled
-  through diffusers' own `ModelMixin.compile_repeated_blocks`;
+* the classes a diffusers model names in `_repeated_blocks` (WanTransformer3DModel: WanTransformerBlock), as
+  diffusers' `ModelMixin.compile_repeated_blocks` finds them;
 * else the blocks of the model's block lists (families.py: the lists whose blocks a recipe's policy numbers);
 * a model with neither is refused in one line naming its class.
 
@@ -45,11 +45,8 @@ def repeated_blocks(transformer: torch.nn.Module) -> list[torch.nn.Module]:
 def compile_blocks(transformer: torch.nn.Module, *, backend: str = BACKEND) -> list[torch.nn.Module]:
     """Compile the transformer's repeated blocks in place (fullgraph); returns them (for `uncompile_blocks`)."""
     blocks = repeated_blocks(transformer)
-    if _named_blocks(transformer) and hasattr(transformer, "compile_repeated_blocks"):
-        transformer.compile_repeated_blocks(fullgraph=True, backend=backend)
-    else:
-        for block in blocks:
-            block.compile(fullgraph=True, backend=backend)  # what compile_repeated_blocks does for each block
+    for block in blocks:  # what diffusers' compile_repeated_blocks does for each block it finds, for either kind
+        block.compile(fullgraph=True, backend=backend)
     return blocks
 
 
