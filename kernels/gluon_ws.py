@@ -49,9 +49,6 @@ from .unrotate import unrotate
 
 BLOCK_N = 128  # the key tile: 128 = the Triton kernel's; MXFP4's P̃ blocks (32 keys) and K's exponent tiles fit it
 ROWS = 64  # query rows per consumer warpgroup; each warpgroup's rows lie in one MXFP4 Q exponent tile (128 rows)
-# registers of each worker consumer warpgroup (the first consumer, the default partition, gets what is left):
-# 2 consumers 2·128·240 + the loader's 32·24; 3 consumers 128·168 + 2·128·160 + the loader's warpgroup's 128·24
-CONSUMER_REGS = {2: 240, 3: 160}
 KS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)  # one key tile's fp32 scales
 
 
@@ -570,11 +567,11 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
                 DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
                 SMQ: gl.constexpr = 0,
                 WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, NWG: gl.constexpr = 2,
-                CREGS: gl.constexpr = 240, num_warps: gl.constexpr = 4):
+                num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 64·NWG)·n_bh − 1 (query tile w % cdiv(n_q, 64·NWG) of
     b·h w // cdiv(n_q, 64·NWG)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work
-    tiles, w = program, program + programs, ...). NWG consumer warpgroups of 64 query rows each (2, or 3 with CREGS
-    registers for the two worker consumers; MODE 3 with the ΔS table needs 2: one table row per 128-row program).
+    tiles, w = program, program + programs, ...). NWG consumer warpgroups of 64 query rows each (2 or 3; MODE 3 with
+    the ΔS table needs 2: one table row per 128-row program).
     q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
@@ -615,15 +612,17 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
             svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
              ds_rows_bh, n_tiles, WORK_LOOP)
+    # registers of each worker consumer warpgroup (the first consumer, the default partition, gets what is left):
+    # 2 consumers 2·128·240 + the loader's 32·24; 3 consumers 128·168 + 2·128·160 + the loader's warpgroup's 128·24
     if NWG == 3:
         gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
                             (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
                             (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_loader, largs)], [4, 4, 1], [CREGS, CREGS, 24])
+                            (_loader, largs)], [4, 4, 1], [160, 160, 24])
     else:
         gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
                             (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_loader, largs)], [4, 1], [CREGS, 24])
+                            (_loader, largs)], [4, 1], [240, 24])
 
 
 _launch_attn_ws = Launcher(attn_ws_fwd)  # Triton's specialization once per argument signature, not per call
@@ -689,7 +688,7 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
         DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
-        WRITE_LSE=lse is not None, NWG=consumers, CREGS=CONSUMER_REGS[consumers], num_warps=4)
+        WRITE_LSE=lse is not None, NWG=consumers, num_warps=4)
     if rot:
         # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
         unrotate(dst, P["hv"], out, so)
