@@ -50,12 +50,21 @@ def _value(raw: str):
 
 
 def _import_kernels():
-    """Import the repository's kernels/ package with torch stubbed out (kernels/ needs torch only at call time)."""
+    """The repository's kernels/ folder as the package `lowbit_kernels`, with torch stubbed out (kernels/ needs
+    torch only at call time; its own package name, lowbit_video.kernels, would import lowbit_video and torch)."""
+    import importlib.util
     import unittest.mock
 
+    if "lowbit_kernels" in sys.modules:
+        return sys.modules["lowbit_kernels"]
     sys.modules.setdefault("torch", unittest.mock.MagicMock())
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
+    folder = os.path.join(REPO, "kernels")
+    spec = importlib.util.spec_from_file_location("lowbit_kernels", os.path.join(folder, "__init__.py"),
+                                                  submodule_search_locations=[folder])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["lowbit_kernels"] = package
+    spec.loader.exec_module(package)
+    return package
 
 
 def _constexprs(kernel, defaults: dict, over: dict) -> dict:
@@ -80,7 +89,7 @@ def compile_triton(mode: int, over: dict):
     from triton.compiler import ASTSource
 
     _import_kernels()
-    from kernels._core import attn_fwd
+    from lowbit_kernels._core import attn_fwd
 
     names = attn_fwd.arg_names
     ptr = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": "*bf16", "QS": "*i32", "KS": "*i32", "VS": "*i32",
@@ -132,7 +141,7 @@ def compile_gluon(mode: int, over: dict):
     from triton.experimental.gluon._runtime import GluonASTSource
 
     _import_kernels()
-    from kernels.gluon_ws import KS_LAYOUT, attn_ws_fwd
+    from lowbit_kernels.gluon_ws import KS_LAYOUT, attn_ws_fwd
 
     D, stages = int(over.pop("D", 128)), int(over.pop("STAGES", 2))
     qk_fp8 = over.pop("QK", "") == "fp8"
@@ -172,7 +181,7 @@ def compile_draft(over: dict):
     from triton.experimental.gluon._runtime import GluonASTSource
 
     _import_kernels()
-    from kernels.draft_ws import BLOCK, draft_ws_fwd
+    from lowbit_kernels.draft_ws import BLOCK, draft_ws_fwd
 
     D, stages, dt = int(over.pop("D", 128)), int(over.pop("STAGES", 2)), str(over.pop("DT", "bfloat16"))
     const = _constexprs(draft_ws_fwd, dict(STAGES=stages, num_warps=4), over)

@@ -1,5 +1,6 @@
 """Triton kernels for the Hopper fast path, installed as `lowbit_video.kernels` (never as a
-top-level `kernels`: diffusers probes for an unrelated package of that name).
+top-level `kernels`: that name belongs to Hugging Face's `kernels` distribution, which transformers
+depends on and diffusers probes for).
 
 `attention(q, k, v, recipe, layout=..., scale=..., key_padding_mask=None)` runs one kernel family
 (kernels/_core.py: one online-softmax core, variants dense / MXFP4 / sage2-int8 / INT4 / NVFP4; the
@@ -11,7 +12,33 @@ nor a GPU; `available()` says whether the kernels can run here.
 
 from __future__ import annotations
 
-from .dispatch import supports
+if __name__ == "kernels":
+    # Imported by the top-level name, which happens only where a checkout's root is on sys.path
+    # (`python -m ...` or `python -c` run there): the importer wanted Hugging Face's `kernels`, not
+    # this folder. Hand it that distribution's package, or report the name as absent.
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _spec = importlib.machinery.PathFinder.find_spec(
+        "kernels", [p for p in sys.path if os.path.abspath(p or os.curdir) != _root])
+    if _spec is None:
+        raise ModuleNotFoundError("No module named 'kernels'", name="kernels")
+    _real = importlib.util.module_from_spec(_spec)
+    sys.modules["kernels"] = _real  # what the import statement returns once this body has run
+    _spec.loader.exec_module(_real)
+
+
+def __getattr__(name: str):
+    # `supports` on first use, not at import: importing this package under the top-level name (above)
+    # must not import its submodules under that name
+    if name == "supports":
+        from .dispatch import supports
+
+        return supports
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def available() -> bool:

@@ -1,6 +1,5 @@
 import ast
-import importlib.metadata
-import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,23 +53,47 @@ def test_every_shipped_data_file_is_matched_by_package_data(repo):
 
 
 @pytest.mark.parametrize("top", ["kernels", "recipes", "prompts"])
-def test_top_level_folders_ship_under_lowbit_video_only(tmp_path, top):
+def test_top_level_folders_ship_under_lowbit_video_only(repo, tmp_path, top):
     # From a neutral directory (as a user's script would run), `kernels`, `recipes` and `prompts` are not
-    # importable; `lowbit_video.kernels` / `lowbit_video.data.<folder>` are.
+    # importable from this project (a `kernels` found is Hugging Face's distribution, installed with newer
+    # transformers); `lowbit_video.kernels` / `lowbit_video.data.<folder>` are.
     inside = "lowbit_video.kernels" if top == "kernels" else f"lowbit_video.data.{top}"
-    code = f"import importlib.util as u; print(u.find_spec({top!r}) is None, u.find_spec({inside!r}) is not None)"
+    code = (f"import importlib.util as u; s = u.find_spec({top!r}); print(s.origin if s else None, "
+            f"u.find_spec({inside!r}) is not None)")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert res.stdout.split() == ["True", "True"]
+    origin, inside_found = res.stdout.split()
+    assert inside_found == "True"
+    assert origin == "None" or not os.path.abspath(origin).startswith(str(repo) + os.sep), origin
 
 
-def test_no_distribution_named_kernels_so_diffusers_probe_fails():
-    # diffusers' _is_package_available("kernels") = find_spec + importlib.metadata.version("kernels").
-    try:
-        importlib.metadata.version("kernels")
-        installed = True
-    except importlib.metadata.PackageNotFoundError:
-        installed = False
-    assert not installed
+def _top_level_kernels_from_the_checkout_root(repo, pythonpath: str) -> list[str]:
+    """What `import kernels` gives a `python -c` run in the checkout's root (which puts the root first on
+    sys.path), without site-packages (-S) so that only `pythonpath` can hold a distribution of that name; and
+    whether any module of this folder got imported under the top-level name."""
+    code = ("import sys\n"
+            "try:\n    import kernels\nexcept ModuleNotFoundError as e:\n    print('absent', e.name)\n"
+            "else:\n    import importlib.metadata as m\n    print(kernels.WHO, m.version('kernels'))\n"
+            "print(sorted(n for n in sys.modules if n.startswith('kernels.')))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    res = subprocess.run([sys.executable, "-S", "-c", code], cwd=repo, env=env, capture_output=True, text=True,
+                         check=True)
+    return res.stdout.split("\n")[:2]
+
+
+def test_top_level_kernels_in_the_checkout_root_is_absent_without_the_distribution(repo):
+    # diffusers then reports hub kernels as unavailable, and an `import kernels` fails as with no such name
+    assert _top_level_kernels_from_the_checkout_root(repo, "") == ["absent kernels", "[]"]
+
+
+def test_top_level_kernels_in_the_checkout_root_is_the_installed_distribution(repo, tmp_path):
+    # a stand-in for Hugging Face's `kernels` (package and metadata), which transformers imports by name
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "__init__.py").write_text("WHO = 'distribution'\n")
+    (tmp_path / "kernels-9.9.dist-info").mkdir()
+    (tmp_path / "kernels-9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: kernels\nVersion: 9.9\n")
+    assert _top_level_kernels_from_the_checkout_root(repo, str(tmp_path)) == ["distribution 9.9", "[]"]
 
 
 @pytest.mark.parametrize("top", ["recipes", "prompts"])
