@@ -14,21 +14,29 @@ from __future__ import annotations
 
 if __name__ == "kernels":
     # Imported by the top-level name, which happens only where a checkout's root is on sys.path
-    # (`python -m ...` or `python -c` run there): the importer wanted Hugging Face's `kernels`, not
-    # this folder. Hand it that distribution's package, or report the name as absent.
+    # (`python -m ...` or `python -c` run there, PYTHONPATH naming it): the importer wanted Hugging Face's
+    # `kernels`, not this folder. Hand it that distribution's package; without one, an empty module with no
+    # file, as a namespace package that shadows nothing, which transformers' and diffusers' probes both
+    # report as not installed (raising instead breaks transformers' probe, which imports the name).
     import importlib.machinery
     import importlib.util
     import os
     import sys
+    import types
 
-    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     _spec = importlib.machinery.PathFinder.find_spec(
-        "kernels", [p for p in sys.path if os.path.abspath(p or os.curdir) != _root])
-    if _spec is None:
-        raise ModuleNotFoundError("No module named 'kernels'", name="kernels")
-    _real = importlib.util.module_from_spec(_spec)
-    sys.modules["kernels"] = _real  # what the import statement returns once this body has run
-    _spec.loader.exec_module(_real)
+        "kernels", [p for p in sys.path if os.path.realpath(p or os.curdir) != _root])
+    if _spec is not None and os.path.realpath(_spec.origin or "") != os.path.realpath(__file__):
+        _real = importlib.util.module_from_spec(_spec)
+        sys.modules["kernels"] = _real  # what the import statement returns once this body has run
+        _spec.loader.exec_module(_real)
+    else:
+        _absent = types.ModuleType("kernels", "No `kernels` distribution is installed.")
+        _absent.__file__ = None
+        _absent.__path__ = []
+        _absent.__spec__ = importlib.machinery.ModuleSpec("kernels", None, is_package=True)
+        sys.modules["kernels"] = _absent
 
 
 def __getattr__(name: str):
