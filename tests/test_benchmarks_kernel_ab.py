@@ -1,0 +1,53 @@
+"""benchmarks/kernel_ab.py's variants and its swap of the Gluon kernel module, on CPU (the timing itself needs a
+CUDA GPU and is run by hand: benchmarks/README.md)."""
+
+import sys
+
+import pytest
+
+from benchmark_scripts import load
+
+
+def _ab():
+    return load("kernel_ab")
+
+
+def test_variants_parse_as_bench_kernels_config_does(tmp_path):
+    ab = _ab()
+    assert ab.parse_variant("default") == ab.Variant("default", None, {})
+    v = ab.parse_variant("NUM_STAGES=4+DEFER=false")
+    assert (v.path, v.config) == (None, {"NUM_STAGES": 4, "DEFER": False})
+    other = tmp_path / "gluon_ws_rev.py"
+    other.write_text("")
+    v = ab.parse_variant(f"file={other}+CONSUMERS=3")
+    assert (v.label, v.path, v.config) == (f"file={other}+CONSUMERS=3", str(other), {"CONSUMERS": 3})
+    assert ab.parse_variant(f"file={other}").config == {}
+
+
+@pytest.mark.parametrize("text, reason", [("", "a variant is"), ("file=", "needs a path"),
+                                          ("file=/no/such/gluon_ws.py", "no file"),
+                                          ("NO_SUCH_KEY=1", "unknown kernel config key"),
+                                          ("NUM_STAGES=four", "must be an integer")])
+def test_bad_variants_are_one_line_errors(text, reason):
+    with pytest.raises(ValueError, match=reason):
+        _ab().parse_variant(text)
+
+
+def test_a_kernel_file_imports_beside_the_checkout_and_is_what_launch_imports_while_swapped_in(tmp_path):
+    ab = _ab()
+    import lowbit_video.kernels as package
+    from lowbit_video.kernels import _launcher
+
+    other = tmp_path / "gluon_ws_rev.py"
+    other.write_text("from ._launcher import Launcher\nWHO = 'the other version'\n")
+    module = ab.load_kernel_file(str(other), 0)
+    assert module.Launcher is _launcher.Launcher  # its relative imports are this checkout's siblings
+    before = sys.modules.get(ab.KERNEL_MODULE)
+    with ab.kernel_module(module):
+        from lowbit_video.kernels import gluon_ws  # as kernels/launch.py imports it at each launch
+
+        assert gluon_ws.WHO == "the other version"
+    assert sys.modules.get(ab.KERNEL_MODULE) is before
+    assert getattr(package, "gluon_ws", None) is before
+    with ab.kernel_module(None):  # this checkout's: nothing swapped
+        assert sys.modules.get(ab.KERNEL_MODULE) is before
