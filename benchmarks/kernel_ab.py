@@ -93,26 +93,12 @@ def kernel_module(module):
             package.gluon_ws = current
 
 
-def _queued(fn, reps: int) -> float:
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda._sleep(1_000_000)  # an idle gap first, as between calls of a model step's other work
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / reps
-
-
 def run(shapes, recipes, variants, rounds: int, reps: int, seed: int = 0):
     """[(shape, recipe, [(label, median ms, the first variant's median / this one's (above 1: faster), output
     bit-equal to the first variant's)])]."""
     import torch
 
-    from lowbit_video.bench.common import SHAPES, shape_name
+    from lowbit_video.bench.common import SHAPES, queued_ms, shape_name
     from lowbit_video.kernels.dispatch import attention_spec
     from lowbit_video.kernels.launch import split_call
 
@@ -138,7 +124,7 @@ def run(shapes, recipes, variants, rounds: int, reps: int, seed: int = 0):
             for _ in range(rounds):
                 for i, var in enumerate(variants):
                     with kernel_module(modules[var.path]):
-                        times[i].append(_queued(kernels[i], reps))
+                        times[i].append(queued_ms(kernels[i], reps=reps, head_start_cycles=1_000_000))
             med = [statistics.median(t) for t in times]
             out.append((name, recipe, [(var.label, m, med[0] / m, torch.equal(outputs[0], o))
                                       for var, m, o in zip(variants, med, outputs)]))

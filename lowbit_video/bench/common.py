@@ -88,13 +88,17 @@ def cuda_times(fn, *, warmup: int, reps: int) -> list[float]:
     return times
 
 
-def queued_ms(fn, *, reps: int) -> float:
+def queued_ms(fn, *, reps: int, head_start_cycles: int = 0) -> float:
     """Milliseconds per call of `reps` calls of `fn()` issued back to back, CUDA events around the whole run: the
     GPU's rate when the host issues each call while the GPU still runs the last, as inside a model step (host work
-    hidden wherever it is shorter than the GPU's). Call after warm-up calls."""
+    hidden wherever it is shorter than the GPU's). head_start_cycles: the GPU spins that long before the timed
+    run, so that the host has queued calls ahead of it and no host gap counts (kernels alone). Call after warm-up
+    calls."""
     import torch
 
     torch.cuda.synchronize()
+    if head_start_cycles:
+        torch.cuda._sleep(head_start_cycles)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     for _ in range(reps):
