@@ -55,7 +55,7 @@ wheel-check: install
 	bash tests/wheel_check.sh $(BIN)/python
 
 # Two workers, one test file each at a time (--dist loadfile: a file's fixtures and run folders stay in one
-# process): 15 min on 2 cores, where one process took 30 % longer. TEST_WORKERS=0 runs in one process.
+# process): 14 min on 2 cores. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
