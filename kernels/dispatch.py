@@ -113,8 +113,9 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
     GLUON: the warp-specialized kernel where it applies, faster than the Triton kernel for every 8-bit recipe.
     EARLY_QK and WORK_LOOP: faster for sage2-int8, INT4 and the PNQ MXFP4 recipes, slower (3-9 %) for the MXFP4
     recipes that place P̃ directly, so they follow the placement. The attention kernels measured their best at the
-    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS (3 at 64, where the registers allow); the
-    draft Gluon kernel's K/V stages are as many as fit its shared memory at the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it, runs
+    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS and NUM_STAGES (3 and 4 at 64, where the
+    registers and shared memory allow); the draft Gluon kernel's K/V stages are as many as fit its shared memory at
+    the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it, runs
     `DRAFT_TRITON_STAGES`)."""
     pnq = placement == "pnq"
     if variant == "dense":
@@ -123,8 +124,9 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=pnq,
                     WORK_LOOP=pnq)
     if variant == "sage":
-        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True, EARLY_QK=True,
-                    WORK_LOOP=True, CONSUMERS=3 if head_dim == 64 else 2)
+        d64 = head_dim == 64  # a third consumer warpgroup and a fourth K/Vᵀ stage fit there, and both pay
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=4 if d64 else 3, PIPE=False, GLUON=True, DEFER=True,
+                    EARLY_QK=True, WORK_LOOP=True, CONSUMERS=3 if d64 else 2)
     if variant == "int4":
         # QK_FP8 None: E4M3 codes where the Gluon kernel runs (the Triton kernel measured 5 % slower with them)
         return dict(BLOCK_M=QUERY_GROUP, num_warps=8, NUM_STAGES=3, DS="table", PIPE=True, QK_FP8=None, GLUON=True,
