@@ -519,11 +519,13 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
     return _token_reduce(x, layout, absmax=True).amax(dim=0)
 
 
-# (rows per program, warps) of the INT8 Q/K pass and (tokens per program, warps) of the V pass; both must
-# divide TILE (padding is to TILE). Whole pre-pass, measured on the H200 (its V pass then decoded through fp8,
-# since replaced): 16 or 32 rows with 16 or 32 tokens within 1.5 % of each other; 8-row tiles 12-15 %, 8-warp 48 % slower
-SAGE_ROWS = (16, 4)
-SAGE_V_TOKENS = (16, 4)
+# Per head_dim: (rows per program of the INT8 Q/K passes, tokens per program of the V pass), both dividing TILE
+# (padding is to TILE); 4 warps per program. Measured on the H200 over rows 16-128 x tokens 16-128 x 4 or 8 warps,
+# per launch (every tiling writes the same bytes): at head_dim 64 (32, 32) took 107 / 408 µs against 117 / 449 µs
+# for (16, 16) at ltx-video / cogvideox-5b; at head_dim 128 (16, 16) and (16, 32) within 1 % of each other and
+# the best at wan1.3b-480p (364 µs; (32, 32) 396, 8 warps 15-50 % slower everywhere)
+SAGE_TILES = {64: (32, 32), 128: (16, 16)}
+SAGE_WARPS = 4
 
 
 @triton.jit
@@ -582,20 +584,17 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     # multiplies by the fp32 reciprocal, 1 ulp off for ~60 % of channels, which moves exact E4M3 ties
     # of bf16-valued V off their midpoint (kernel vs engine 0.4-0.5 % on bf16-valued random data)
     sv = torch.empty((BH, D), device=dev, dtype=torch.float32)
-    rows, warps = SAGE_ROWS
-    tb, v_warps = SAGE_V_TOKENS
+    rows, tb = SAGE_TILES.get(D, SAGE_TILES[128])
     n_q_progs = pad_q // rows
     _sage_q_and_stats_kernel[(n_q_progs + chunks, BH)](
         q, k, v, qc, qs, kpart, vpart, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout),
         H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=EMULATE_FMA,
-        num_warps=warps)
+        num_warps=SAGE_WARPS)
     _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=4)
-    if v_warps != warps:
-        raise AssertionError("SAGE_ROWS and SAGE_V_TOKENS name the warps of one launch: they must agree")
     _sage_kv_codes_kernel[(pad_k // rows + pad_k // tb, BH)](
         k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
         pad_k, pad_k // rows, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
-        num_warps=warps)
+        num_warps=SAGE_WARPS)
     return qc, qs, kc, ks, vt, sv
 
 
