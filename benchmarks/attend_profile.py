@@ -1,7 +1,7 @@
 """Where the time of one `attend(q, k, v, recipe)` call goes, at the model zoo's shapes (bench/common.py SHAPES).
 
-For each shape and recipe (random bf16 BHND inputs, D = 128, as `lowbit-video bench kernels`) it prints, beside SDPA
-cuDNN in the same process:
+For each shape and recipe (random bf16 BHND inputs at the shape's head_dim, as `lowbit-video bench kernels`) it
+prints, beside SDPA cuDNN in the same process:
 - total: one call timed by CUDA events from an idle GPU (median of 15, 7 at the long shapes, after 2 warm-ups): the
   figure `bench kernels` reports, host work included;
 - queued: calls issued back to back (`bench.common.queued_ms`: events around the whole run, divided by the
@@ -12,18 +12,23 @@ cuDNN in the same process:
   first kernel's start to the last one's end (span − gpu: the time the GPU waited for the host between launches;
   the profiler adds host time of its own, so this is an upper bound), and the number of kernels.
 `--tune 'RECIPE:{"KEY": VALUE}'` (repeatable) also times the kernel with those settings at the three smallest shapes.
+`--prepass` also lists the pre-pass's GPU kernels (µs per call, torch.profiler over 10 pre-passes) beside a copy of
+Q, K and V (`clone`, back to back: reading the inputs and writing as many bytes, a floor for a pass that reads them
+all and writes codes of at most the same size).
 With `--out DIR`, at the `short` shape it writes a host cProfile and torch.profiler's kernel list of the first two
 recipes there, and every figure as profile.json.
 
-Example (the figures of results/kernels-h200.md's "Small shapes" section):
+Examples (the figures of results/kernels-h200.md's "Small shapes" section, then its pre-pass figures):
     python benchmarks/attend_profile.py --shapes short wan1.3b-480p \\
         --recipes sage2-int8 mxattention rotateattention-half \\
         --tune 'sage2-int8:{"NUM_STAGES": 2}' --tune 'mxattention:{"NUM_STAGES": 3}'
+    python benchmarks/attend_profile.py --shapes ltx-video cogvideox-5b wan1.3b-480p --recipes sage2-int8 --prepass
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import io
 import json
@@ -60,6 +65,31 @@ def timeline_summary(kernels) -> dict:
         hi = max(hi, b)
     busy += hi - lo
     return dict(kernels=len(spans), gpu=busy / 1e3, span=(max(b for _, b in spans) - spans[0][0]) / 1e3)
+
+
+def per_kernel(events, calls: int) -> list[tuple[str, float, float]]:
+    """(name, launches per call, µs per call) of GPU kernels from (name, duration µs) events over `calls` calls,
+    the longest first."""
+    total = collections.defaultdict(lambda: [0.0, 0])
+    for name, us in events:
+        total[name][0] += float(us)
+        total[name][1] += 1
+    return sorted(((n, c / calls, t / calls) for n, (t, c) in total.items()), key=lambda row: -row[2])
+
+
+def _prepass_kernels(pre, calls: int = 10) -> list[tuple[str, float, float]]:
+    """`per_kernel` of `calls` runs of the pre-pass `pre`, from torch.profiler's CUDA kernel events."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    pre()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            pre()
+        torch.cuda.synchronize()
+    return per_kernel(((e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type.name == "CUDA"),
+                      calls)
 
 
 def _timeline(call) -> dict:
@@ -107,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="+", default=list(SMALL), help="zoo shape names (default: the three smallest)")
     ap.add_argument("--recipes", nargs="+", default=["sage2-int8", "mxattention"], help="recipes to time")
     ap.add_argument("--tune", action="append", default=[], help='RECIPE:{"KEY": VALUE} kernel settings to time too')
+    ap.add_argument("--prepass", action="store_true", help="also list each pre-pass's GPU kernels beside a copy of "
+                    "Q, K and V")
     ap.add_argument("--out", help="folder for profile.json and the profiles of the short shape")
     args = ap.parse_args(argv)
 
@@ -141,6 +173,12 @@ def main(argv=None) -> int:
 
         c, cb = median_ms(cudnn, warmup=2, reps=reps), queued_ms(cudnn, reps=reps)
         print(f"{sh.name:15s} cudnn {c:8.3f} ms  queued {cb:8.3f}", flush=True)
+        if args.prepass:
+            copy = lambda: (q.clone(), k.clone(), v.clone())  # noqa: E731
+            copy()
+            copy_us = queued_ms(copy, reps=20, head_start_cycles=2_000_000) * 1e3
+            print(f"{sh.name:15s} copy of Q, K, V {copy_us:8.1f} µs ({2 * 3 * q.numel() * 2 / copy_us / 1e6:.2f} TB/s)",
+                  flush=True)
         for r in args.recipes:
             call = lambda: attend(q, k, v, r)  # noqa: E731
             tot = median_ms(call, warmup=2, reps=reps)
@@ -153,6 +191,12 @@ def main(argv=None) -> int:
             print(f"{sh.name:15s} {r:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} x{cb / queued:5.2f} | "
                   f"host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu {tl['gpu']:8.3f} span "
                   f"{tl['span']:8.3f} ({tl['kernels']} kernels)", flush=True)
+            if args.prepass:
+                kernels = _prepass_kernels(pre)
+                rows[-1].update(prepass_kernels=kernels, copy_us=copy_us)
+                print(f"{sh.name:15s} {r:22s} pre-pass kernels {sum(us for _, _, us in kernels):7.1f} µs: " +
+                      "; ".join(f"{n} {us:.1f}" + (f" (x{c:g})" if c != 1 else "") for n, c, us in kernels),
+                      flush=True)
         for r, cfg in tune:
             if sh.name not in SMALL:
                 continue

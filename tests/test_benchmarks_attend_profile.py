@@ -24,3 +24,10 @@ def test_gpu_time_is_the_union_of_kernel_intervals_and_span_first_start_to_last_
 
 def test_no_kernels_give_zeros():
     assert _load().timeline_summary([]) == dict(kernels=0, gpu=0.0, span=0.0)
+
+
+def test_per_kernel_sums_each_kernel_over_the_calls_longest_first():
+    # two pre-pass calls: kernel a twice per call (10 + 12, then 11 + 13 µs), kernel b once (30, 34 µs)
+    events = [("a", 10.0), ("b", 30.0), ("a", 12.0), ("a", 11.0), ("b", 34.0), ("a", 13.0)]
+    assert _load().per_kernel(events, 2) == [("b", 1.0, pytest.approx(32.0)), ("a", 2.0, pytest.approx(23.0))]
+    assert _load().per_kernel([], 3) == []
