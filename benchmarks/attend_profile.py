@@ -22,7 +22,8 @@ Examples (the figures of results/kernels-h200.md's "Small shapes" section, then 
     python benchmarks/attend_profile.py --shapes short wan1.3b-480p \\
         --recipes sage2-int8 mxattention rotateattention-half \\
         --tune 'sage2-int8:{"NUM_STAGES": 2}' --tune 'mxattention:{"NUM_STAGES": 3}'
-    python benchmarks/attend_profile.py --shapes ltx-video cogvideox-5b wan1.3b-480p --recipes sage2-int8 --prepass
+    python benchmarks/attend_profile.py --shapes ltx-video short-d64 cogvideox-5b wan1.3b-480p \\
+        --recipes sage2-int8 mxattention rotateattention-half --prepass
 """
 
 from __future__ import annotations
