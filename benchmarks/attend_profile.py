@@ -78,33 +78,30 @@ def per_kernel(events, calls: int) -> list[tuple[str, float, float]]:
     return sorted(((n, c / calls, t / calls) for n, (t, c) in total.items()), key=lambda row: -row[2])
 
 
-def _prepass_kernels(pre, calls: int = 10) -> list[tuple[str, float, float]]:
-    """`per_kernel` of `calls` runs of the pre-pass `pre`, from torch.profiler's CUDA kernel events."""
+def _cuda_kernels(fn, calls: int = 1) -> list[tuple[str, float, float]]:
+    """(name, start µs, duration µs) of the GPU kernels of `calls` runs of `fn()` after one warm-up run, from
+    torch.profiler's CUDA kernel events."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    pre()
+    fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            pre()
+            fn()
         torch.cuda.synchronize()
-    return per_kernel(((e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type.name == "CUDA"),
-                      calls)
+    return [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+            if e.device_type.name == "CUDA"]
+
+
+def _prepass_kernels(pre, calls: int = 10) -> list[tuple[str, float, float]]:
+    """`per_kernel` of `calls` runs of the pre-pass `pre`."""
+    return per_kernel(((name, us) for name, _, us in _cuda_kernels(pre, calls)), calls)
 
 
 def _timeline(call) -> dict:
-    """`timeline_summary` of one `call()` issued on an idle GPU, from torch.profiler's CUDA kernel events."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return timeline_summary((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
-                            if e.device_type.name == "CUDA")
+    """`timeline_summary` of one `call()` issued on an idle GPU."""
+    return timeline_summary((start, us) for _, start, us in _cuda_kernels(call))
 
 
 def _write_profiles(q, k, v, recipes, out: str) -> None:

@@ -3,8 +3,8 @@
 Separate processes on the H200 machine differ by 2-5 % in kernel time (results/kernels-h200.md), more than most
 kernel changes, so a change is judged here: every variant runs on the same pre-pass operands of the same tensors,
 each round times every variant in turn (calls issued back to back behind a head start of the GPU, so that no
-host time counts: the kernels alone), and the medians over the rounds are compared with the first variant's. Each variant's output is
-also compared with the first's, bit for bit.
+host time counts: the kernels alone), and the medians over the rounds are compared with the first variant's.
+Each variant's output is also compared with the first's, bit for bit.
 
 A variant is `default` (this checkout's kernels and settings), kernel settings `KEY=VALUE[+KEY=VALUE...]` (as
 `lowbit-video bench kernels --config`), or `file=PATH[+KEY=VALUE...]`: another version of kernels/gluon_ws.py
