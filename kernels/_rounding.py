@@ -44,12 +44,13 @@ def in_fp32_range(x, s):
 
 
 @triton.jit
-def rows_in_fp32_range(x, s):
-    """`in_fp32_range` for a scale per row: s (ROWS,), x (ROWS, COLS); only rows below the range are scaled."""
-    if tl.min(s, axis=0) < SMALLEST_FP32_PATH_SCALE:
+def each_in_fp32_range(x, s):
+    """`in_fp32_range` for a scale per row or column, s broadcast to x ((ROWS, 1) or (1, COLS)): only the rows or
+    columns whose scale is below the range are scaled."""
+    if tl.min(s) < SMALLEST_FP32_PATH_SCALE:
         f = tl.where(s < SMALLEST_FP32_PATH_SCALE, 2.0 ** 100, 1.0)
         s = s * f
-        x = x * f[:, None]
+        x = x * f
     return x, s
 
 
@@ -69,26 +70,29 @@ def fma_exact(a, b, c, EMULATE: tl.constexpr):
 
 @triton.jit
 def rne_int_exact32(xf, s, EMULATE_FMA: tl.constexpr):
-    """RNE(x / s) as int32 for x exact in fp32 (16-bit or fp32 inputs), |x| <= 127.5·s, and an fp32 scale s per row
-    (>= SMALLEST_FP32_PATH_SCALE), without fp64: the candidate c from the fp32 quotient (within one of the answer,
-    and within ±127 since the exact quotient's RNE is), then the signs of (c ± ½)·s − x, each one FMA (exact
-    product, one rounding: the sign and the zero are the exact difference's, a nonzero multiple of 2^-149 never
-    rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0 ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the
-    round-half-even corrections are one integer compare each. The codes of prepass.py's `_fix_by_fp64_midpoints` without
-    its fp64 products and compares (fp64 runs at half rate)."""
-    c, cf = round_to_int(xf * (1.0 / s)[:, None])
-    sb = s[:, None]
-    above = fma_exact(cf + 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd c): round up
-    below = fma_exact(cf - 0.5, sb, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd c): round down
+    """RNE(x / s) as int32 for x exact in fp32 (16-bit or fp32 inputs), |x| <= 127.5·s, and an fp32 scale s
+    (>= SMALLEST_FP32_PATH_SCALE) broadcast to x (one per row, per column or per tile), without fp64: the candidate
+    c from the fp32 quotient (within one of the answer, and within ±127 since the exact quotient's RNE is), then the
+    signs of (c ± ½)·s − x, each one FMA (exact product, one rounding: the sign and the zero are the exact
+    difference's, a nonzero multiple of 2^-149 never rounding to 0; an exact 0 is +0). Read as int32 bits, d <= 0
+    ⇔ bits(d) <= 0 and d < 0 ⇔ bits(d) < 0, so the round-half-even corrections are one integer compare each. The
+    codes of prepass.py's `_fix_by_fp64_midpoints` without its fp64 products and compares (fp64 runs at half
+    rate); equal to the RNE of a float64 quotient of fp32 x and s, which never rounds onto a midpoint that the
+    exact quotient is not on."""
+    c, cf = round_to_int(xf * (1.0 / s))
+    above = fma_exact(cf + 0.5, s, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0 for odd c): round up
+    below = fma_exact(cf - 0.5, s, -xf, EMULATE_FMA).to(tl.int32, bitcast=True)  # > 0 (>= 0 for odd c): round down
     odd = c & 1
     return c + (above < odd).to(tl.int32) - (below > -odd).to(tl.int32)
 
 
 @triton.jit
 def e4m3_code(e):
-    """The magnitude code of an E4M3 grid value e >= 0 (fp32), from its fp32 bits."""
+    """The magnitude code of an E4M3 grid value e >= 0 (fp32), from its fp32 bits; a subnormal's (e < 2^-6, the
+    integer e·2^9 < 8) by the magic-number add, one FMA, rather than a conversion instruction."""
     bits = e.to(tl.int32, bitcast=True)
-    return tl.where(e >= 0.015625, (((bits >> 23) - 120) << 3) | ((bits >> 20) & 7), (e * 512.0).to(tl.int32))
+    sub = (e * 512.0 + 12582912.0).to(tl.int32, bitcast=True) - 0x4B400000
+    return tl.where(e >= 0.015625, (((bits >> 23) - 120) << 3) | ((bits >> 20) & 7), sub)
 
 
 @triton.jit
@@ -109,14 +113,37 @@ def _e4m3_rne_step(e, a, f, s, EMULATE_FMA: tl.constexpr):
 
 
 @triton.jit
+def _e4m3_grid(t, EMULATE: tl.constexpr):
+    """t >= 0 rounded onto the E4M3 grid (RNE, saturating at 448), as fp32: the hardware conversion
+    (cvt.rn.satfinite.e4m3x2.f32) and back, or under the interpreter, whose fp8 cast rounds ties away from zero and
+    some values wrongly, `e4m3_round`."""
+    if EMULATE:
+        return e4m3_round(t)
+    else:
+        return t.to(tl.float8e4nv).to(tl.float32)
+
+
+@triton.jit
 def e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
     """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
-    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64: the candidate from the
-    fp32 quotient (within one step), then `_e4m3_rne_step`."""
+    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64 and without a division
+    per element. q = |x| · (1/s) is within 5·2^-24 of |x| / s (the reciprocal's 2 ulp, div.full, and the
+    product's rounding), so the bounds q·(1 ∓ 2^-20) enclose it and lie 2^-19 apart: both round to one grid
+    value, which is the answer (RNE is monotone), or to two neighbours with the one midpoint between them inside
+    the bounds (E4M3's steps are at least 2^-4 of the value, 2^-9 on the subnormals; below 2^-10 both bounds
+    round to 0, fp32 subnormal q included), and then the sign of midpoint·s − |x| decides, one FMA
+    (`rne_int_exact32`'s exact sign; ties to the even code). An exact quotient on a midpoint, common for bf16 V
+    whose scale has few significant bits, takes the same path. The codes come from the values' fp32 bits
+    (`e4m3_code`), not from a bitcast of the fp8 tensor: Triton 3.6 builds that bitcast's registers partly from
+    undefined ones at these layouts (wrong codes on the GPU)."""
     a = tl.abs(xf)
-    e = e4m3_round(tl.minimum(a * (1.0 / s), 448.0))  # the candidate, on the grid
-    up, down, half, low_half = _e4m3_rne_step(e, a, 1.0, s, EMULATE_FMA)  # (never up from 448: |x| <= 448·s)
-    k = e4m3_code(e) + up.to(tl.int32) - down.to(tl.int32)
+    q = a * (1.0 / s)
+    vlo = _e4m3_grid(q * (1.0 - 2.0 ** -20), EMULATE_FMA)
+    vhi = _e4m3_grid(q * (1.0 + 2.0 ** -20), EMULATE_FMA)
+    clo = e4m3_code(vlo)
+    # (vlo + vhi)·(s/2): the midpoint times s, the sum exact (neighbours on the grid) and s/2 too (s >= 2^-100)
+    above = fma_exact(vlo + vhi, s * 0.5, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0, odd clo): up
+    k = clo + ((vhi > vlo) & (above < (clo & 1))).to(tl.int32)  # vhi's code is clo + 1 where they differ
     return tl.where(xf < 0, k | 0x80, k)
 
 

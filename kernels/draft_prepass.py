@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rounding import (EMULATE_FMA, e4m3_exact32, in_fp32_range, nvfp4_rows_exact, rne_int_exact32,
-                        rows_in_fp32_range)
+from ._rounding import (EMULATE_FMA, e4m3_exact32, each_in_fp32_range, in_fp32_range, nvfp4_rows_exact,
+                        rne_int_exact32)
 
 
 @triton.jit
@@ -62,7 +62,7 @@ def _draft_qk_kernel(X, GATHER, S4, X16, X8, S8, X4, PSUM, PMAX, sx_b, sx_h, sx_
     s8 = (tl.max(tl.max(tl.abs(xf), axis=1), axis=0).to(tl.float64) / 127.0).to(tl.float32)
     s8 = tl.where(s8 > 0, s8, 1.0)
     x8, sq = in_fp32_range(xf, s8)
-    tl.store(X8 + out, rne_int_exact32(x8, tl.full([BLOCK], 1.0, tl.float32) * sq, EMULATE_FMA).to(tl.int8))
+    tl.store(X8 + out, rne_int_exact32(x8, sq, EMULATE_FMA).to(tl.int8))
     tl.store(S8 + pid_bh * R + pid_r, s8)
     # NVFP4 along head_dim (the E2M1·s_b values do not depend on the range scaling)
     x4, so = in_fp32_range(xf, tl.load(S4 + pid_bh))
@@ -81,8 +81,8 @@ def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H
     tl.store(V16 + base + slots[:, None] * D + cols[None, :], x)
     xt = tl.trans(x.to(tl.float32))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
     outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
-    x8, sv = rows_in_fp32_range(xt, tl.load(VS8 + pid_bh * D + cols))
-    tl.store(V8T + outt, e4m3_exact32(x8, sv[:, None], EMULATE_FMA).to(tl.uint8))
+    x8, sv = each_in_fp32_range(xt, tl.load(VS8 + pid_bh * D + cols)[:, None])
+    tl.store(V8T + outt, e4m3_exact32(x8, sv, EMULATE_FMA).to(tl.uint8))
     x4, so = in_fp32_range(xt, tl.load(S4 + pid_bh))
     tl.store(V4T + outt, nvfp4_rows_exact(x4, so, D, BLOCK, EMULATE_FMA).to(tl.float16))
 

@@ -25,10 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, in_fp32_range, nvfp4_rows_exact,
-                        rne_int_exact32, round_to_int, rows_in_fp32_range)
+from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, each_in_fp32_range, in_fp32_range,
+                        nvfp4_rows_exact, rne_int_exact32, round_to_int)
 
-from ._core import RULE_IDS, _pow2, e2m1_round, e4m3_round, mx_exponent
+from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
 
 # chunk partials per load of the statistics kernels that finish the token reductions
 STATS_CHUNKS = 8
@@ -360,6 +360,14 @@ def _sylvester_on(d: int, dtype, device: str) -> torch.Tensor:
 
 
 @triton.jit
+def _absmax(a, b):
+    """The one of a, b with the larger magnitude (not NaN): one fp64 compare, on |a| and |b| as operand modifiers,
+    and a select (tl.max(tl.abs(x)) on fp64 also materializes |x| and propagates NaN: four more instructions per
+    element in sm_90 SASS, which has no fp64 min/max instruction)."""
+    return tl.where(tl.abs(a) > tl.abs(b), a, b)
+
+
+@triton.jit
 def _fix_by_fp64_midpoints(x64, c, s, QMAX: tl.constexpr):
     """RNE(x / s) clamped to ±QMAX as int32, for x in fp64 (x64), an fp32 scale s > 0 per row ((ROWS,)) and a
     candidate c within one of the answer (from an fp32 quotient): x compared exactly with the two midpoints
@@ -400,15 +408,18 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
     from FMAs); for K, whose smoothed x is an fp64 value, from the fp32 quotient, and in the one program in eight
     where some quotient lies within 2^-15 of a midpoint corrected by `_fix_by_fp64_midpoints` (fp64 compares)."""
     x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
+    valid = rows < N
     if SUB_MEAN:
-        x64 = tl.where((rows < N)[:, None], x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :], 0.0)
-        amax = tl.max(tl.abs(x64), axis=1)
+        # padding rows (x read as 0) are left as 0 − mean here and given scale 1 and codes 0 below: a mask per row
+        # rather than one per fp64 element
+        x64 = x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :]
+        amax = tl.abs(tl.reduce(x64, 1, _absmax))
         xf = x64.to(tl.float32)
     else:
         xf = x.to(tl.float32)  # exact (16-bit or fp32 input): so is its maximum
         amax = tl.max(tl.abs(xf), axis=1).to(tl.float64)
     s = (amax / 127.0).to(tl.float32)
-    s = tl.where(s > 0, s, 1.0)
+    s = tl.where((s > 0) & valid, s, 1.0)
     sq = s  # the scale the codes are formed with
     if tl.min(s, axis=0) < SMALLEST_FP32_PATH_SCALE:
         # rows with a scale below the fp32 path's range (down to subnormal s, whose reciprocal overflows): x and s
@@ -426,7 +437,9 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
         if near:
             c = _fix_by_fp64_midpoints(x64, c, sq, 127)
     else:
-        c = rne_int_exact32(xf, sq, EMULATE_FMA)
+        c = rne_int_exact32(xf, sq[:, None], EMULATE_FMA)
+    if SUB_MEAN:
+        c = tl.where(valid[:, None], c, 0)
     tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
     tl.store(SC + pid_bh * n_pad + rows, s)
 
@@ -461,8 +474,8 @@ def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl
     cols = tl.arange(0, D)
     x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
                 mask=(keys < N)[None, :], other=0.0).to(tl.float32)  # exact for 16-bit and fp32 V
-    x, sv = rows_in_fp32_range(x, tl.load(SV + pid_bh * D + cols))  # channels below the fp32 path's range
-    code = e4m3_exact32(x, sv[:, None], EMULATE_FMA)
+    x, sv = each_in_fp32_range(x, tl.load(SV + pid_bh * D + cols)[:, None])  # channels below the fp32 path's range
+    code = e4m3_exact32(x, sv, EMULATE_FMA)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
 
@@ -666,18 +679,16 @@ def _int4_v_amax_kernel(X, HM, AMAX, sx_b, sx_h, sx_n, sx_d, H, N, n_tiles, rot_
 
 @triton.jit
 def _int4_v_codes_kernel(X, HM, SV, VT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot_scale, D: tl.constexpr,
-                         TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr):
-    """V, second pass: codes RNE(x / s_c) in fp64 (as the torch path: fp32 x, fp32 scale, float64 quotient),
-    clamped to ±7, stored transposed into VT (B·H, D, n_pad) int8 (padding tokens: code 0), the tokens in
-    `operand_key` order (the INT4 kernel's P̂ operand order)."""
+                         TB: tl.constexpr, ROT: tl.constexpr, X_F32: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """V, second pass: codes RNE(x / s_c), as the torch path's RNE of the float64 quotient of fp32 x and the fp32
+    scale, by `rne_int_exact32` (fp32, no division per element), clamped to ±7, stored transposed into VT (B·H, D,
+    n_pad) int8 (padding tokens: code 0), the tokens in `operand_key` order (the INT4 kernel's P̂ operand order)."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     x = _int4_v_tile(X, HM, sx_b, sx_h, sx_n, sx_d, H, N, rot_scale, pid_t, pid_bh, D, TB, ROT, X_F32, True)
     cols = tl.arange(0, D)
-    sv = tl.load(SV + pid_bh * D + cols).to(tl.float64)
-    t = x.to(tl.float64) / sv[None, :]
-    t = (t + 6755399441055744.0) - 6755399441055744.0  # RNE to an integer in fp64 (1.5·2^52)
-    c = tl.minimum(tl.maximum(t, -7.0), 7.0).to(tl.int8)
+    x, sv = each_in_fp32_range(x, tl.load(SV + pid_bh * D + cols)[None, :])
+    c = tl.minimum(tl.maximum(rne_int_exact32(x, sv, EMULATE_FMA), -7), 7).to(tl.int8)
     toks = pid_t * TB + tl.arange(0, TB)
     tl.store(VT + pid_bh * (D * n_pad) + cols[None, :] * n_pad + toks[:, None], c)
 
@@ -700,7 +711,7 @@ def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k):
     _int4_v_scales_kernel[(B * H,)](amax, sv, n_tiles, D=D, num_warps=4)
     vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.int8)
     _int4_v_codes_kernel[(n_tiles, B * H)](x, hm, sv, vt, *strides, H, Nk, pad_k, 1.0 / math.sqrt(D), D=D, TB=TILE,
-                                           ROT=rotate, X_F32=x32, num_warps=8)
+                                           ROT=rotate, X_F32=x32, EMULATE_FMA=EMULATE_FMA, num_warps=8)
     return vt, sv
 
 
