@@ -323,20 +323,25 @@ def test_ctrl_c_in_generate_says_how_many_runs_are_complete(fake, tmp_path):
 @pytest.mark.slow
 def test_sigint_in_a_real_process(tmp_path):
     out = tmp_path / "o"
-    # twelve runs of one step: enough left after the first that a loaded machine cannot finish them all between
-    # the first run's meta.json and the signal (with three, it once did: exit 0 before the SIGINT)
-    seeds = [str(i) for i in range(12)]
+    # forty runs of one step (about 0.6 s each on 2 idle cores): the signal goes out once the first is complete, and
+    # the rest must outlast any delay between that and the signal on a loaded machine (with three, and once with
+    # twelve, the command finished first and exited 0)
+    seeds = [str(i) for i in range(40)]
     proc = subprocess.Popen([sys.executable, "-m", "lowbit_video", "generate", "--prompt", P, "--seeds", *seeds,
                              "--steps", "1", "--out", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     first = runstore.run_dir(out, "tiny-shapes", "fp16", P, 0) / "meta.json"
-    deadline = time.time() + 300
+    started = time.time()
+    deadline = started + 300
     while not first.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
+    # what the loop saw, for the message should the command not be running any more when the signal goes out
+    seen = (f"first run complete: {first.exists()}, command ended: {proc.poll() is not None}, "
+            f"after {time.time() - started:.1f} s")
     os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C at a terminal: to the whole process group (ffmpeg too)
-    _, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=120)
     lines = error_lines(stderr)
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert proc.returncode == 130 and "Traceback" not in stderr, (seen, stderr, stdout[-500:])
     assert len(lines) == 1 and lines[0].startswith("interrupted: ") and lines[0].endswith(
         "runs complete; run the same command to resume"), stderr
     done = int(lines[0].split()[1])
