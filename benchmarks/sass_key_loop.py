@@ -246,20 +246,42 @@ def histogram(ins, first: int, last: int) -> collections.Counter:
     return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for _, t in ins[first:last + 1])
 
 
+def mufu_spacing(texts) -> dict:
+    """How close together a loop's MUFU instructions (exp2 and the other special functions) come, from its
+    instruction texts in order: the longest run of consecutive MUFUs, the most MUFUs in any 16 consecutive
+    instructions, and how many successive MUFUs are at most 2 instructions apart (of how many pairs). The MUFU
+    unit takes a warp's instruction every few cycles, so a run of them stalls the warp where ALU work could have
+    been interleaved: in the key-loop builds measured against each other, the one with the longer runs was the
+    slower one, even with fewer instructions (kernels/README.md, "Tried and lost")."""
+    mufu = [re.sub(r"^@!?U?P\w+\s+", "", t).startswith("MUFU") for t in texts]  # (a predicate stripped)
+    at = [i for i, m in enumerate(mufu) if m]
+    longest = run = 0
+    for m in mufu:
+        run = run + 1 if m else 0
+        longest = max(longest, run)
+    most = max((sum(1 for j in at if i <= j < i + 16) for i in range(len(texts))), default=0)
+    close = sum(1 for a, b in zip(at, at[1:]) if b - a <= 2)
+    return {"longest_run": longest, "most_in_16": most, "close_pairs": close, "pairs": max(len(at) - 1, 0)}
+
+
 def key_loops(sass: str, kernel: str):
-    """[(length, histogram)] of the key loop(s) of the kernel's SASS."""
+    """[(length, histogram, instruction texts)] of the key loop(s) of the kernel's SASS."""
     ins, found = loop_spans(sass)
+
+    def loop(n, a, b):
+        return n, histogram(ins, a, b), [t for _, t in ins[a:b + 1]]
+
     if kernel == "triton":  # the two longest loops: the key loop (and its peeled copy when there is one)
-        return [(n, histogram(ins, a, b)) for n, a, b in found[:2]]
+        return [loop(n, a, b) for n, a, b in found[:2]]
     if kernel == "draft":  # the innermost loops that issue a wgmma and one exp2 per score of a 64×64 tile
         inner = [(n, a, b) for n, a, b in found
                  if not any(a <= a2 and b2 <= b and (a2, b2) != (a, b) for _, a2, b2 in found)]
-        loops = [(n, histogram(ins, a, b)) for n, a, b in inner]
-        loops = [(n, h) for n, h in loops if (h["HGMMA"] or h["IGMMA"] or h["QGMMA"]) and h["MUFU"] >= 32]
+        loops = [loop(n, a, b) for n, a, b in inner]
+        loops = [x for x in loops if (x[1]["HGMMA"] or x[1]["IGMMA"] or x[1]["QGMMA"]) and x[1]["MUFU"] >= 32]
         return sorted(loops, key=lambda x: x[0])
-    loops = [(n, histogram(ins, a, b)) for n, a, b in found]
+    loops = [loop(n, a, b) for n, a, b in found]
     # Gluon: the shortest loops that issue a wgmma and one exp2 per score (>= 60 MUFU): the consumers' key loops
-    loops = [(n, h) for n, h in loops if (h["QGMMA"] or h["IGMMA"]) and h["MUFU"] >= 60]
+    loops = [x for x in loops if (x[1]["QGMMA"] or x[1]["IGMMA"]) and x[1]["MUFU"] >= 60]
     return sorted(loops, key=lambda x: x[0])[:2]
 
 
@@ -304,8 +326,11 @@ def main(argv=None) -> int:
     sass, usage = sass_of(kernel, args.cubin)
     print(usage)
     label = "loop" if args.kernel == "triton" else "key loop"  # Triton: the key loop and its masked tail copy
-    for n, h in key_loops(sass, args.kernel):
+    for n, h, texts in key_loops(sass, args.kernel):
         print(f"{label}: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in h.most_common(40)))
+        sp = mufu_spacing(texts)
+        print(f"  MUFU spacing: longest run {sp['longest_run']}, at most {sp['most_in_16']} in any 16 instructions, "
+              f"{sp['close_pairs']} of {sp['pairs']} successive pairs within 2 instructions")
     return 0
 
 
