@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import NamedTuple
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -243,7 +244,12 @@ def loop_spans(sass: str):
 
 def histogram(ins, first: int, last: int) -> collections.Counter:
     """Opcode counts (predicates and modifiers stripped) of instructions first..last."""
-    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for _, t in ins[first:last + 1])
+    return collections.Counter(_unpredicated(t).split()[0].split(".")[0] for _, t in ins[first:last + 1])
+
+
+def _unpredicated(text: str) -> str:
+    """An instruction's text without its guard predicate (`@P0 `, `@!UP1 `)."""
+    return re.sub(r"^@!?U?P\w+\s+", "", text)
 
 
 def mufu_spacing(texts) -> dict:
@@ -253,23 +259,29 @@ def mufu_spacing(texts) -> dict:
     unit takes a warp's instruction every few cycles, so a run of them stalls the warp where ALU work could have
     been interleaved: in the key-loop builds measured against each other, the one with the longer runs was the
     slower one, even with fewer instructions (kernels/README.md, "Tried and lost")."""
-    mufu = [re.sub(r"^@!?U?P\w+\s+", "", t).startswith("MUFU") for t in texts]  # (a predicate stripped)
+    mufu = [_unpredicated(t).startswith("MUFU") for t in texts]
     at = [i for i, m in enumerate(mufu) if m]
     longest = run = 0
     for m in mufu:
         run = run + 1 if m else 0
         longest = max(longest, run)
-    most = max((sum(1 for j in at if i <= j < i + 16) for i in range(len(texts))), default=0)
+    most = max((sum(1 for j in at if a <= j < a + 16) for a in at), default=0)  # windows opening at a MUFU
     close = sum(1 for a, b in zip(at, at[1:]) if b - a <= 2)
     return {"longest_run": longest, "most_in_16": most, "close_pairs": close, "pairs": max(len(at) - 1, 0)}
 
 
-def key_loops(sass: str, kernel: str):
-    """[(length, histogram, instruction texts)] of the key loop(s) of the kernel's SASS."""
+class Loop(NamedTuple):
+    length: int
+    ops: collections.Counter  # opcode counts (`histogram`)
+    texts: list  # the instructions in order
+
+
+def key_loops(sass: str, kernel: str) -> list[Loop]:
+    """The key loop(s) of the kernel's SASS."""
     ins, found = loop_spans(sass)
 
     def loop(n, a, b):
-        return n, histogram(ins, a, b), [t for _, t in ins[a:b + 1]]
+        return Loop(n, histogram(ins, a, b), [t for _, t in ins[a:b + 1]])
 
     if kernel == "triton":  # the two longest loops: the key loop (and its peeled copy when there is one)
         return [loop(n, a, b) for n, a, b in found[:2]]
@@ -277,12 +289,12 @@ def key_loops(sass: str, kernel: str):
         inner = [(n, a, b) for n, a, b in found
                  if not any(a <= a2 and b2 <= b and (a2, b2) != (a, b) for _, a2, b2 in found)]
         loops = [loop(n, a, b) for n, a, b in inner]
-        loops = [x for x in loops if (x[1]["HGMMA"] or x[1]["IGMMA"] or x[1]["QGMMA"]) and x[1]["MUFU"] >= 32]
-        return sorted(loops, key=lambda x: x[0])
+        loops = [x for x in loops if (x.ops["HGMMA"] or x.ops["IGMMA"] or x.ops["QGMMA"]) and x.ops["MUFU"] >= 32]
+        return sorted(loops, key=lambda x: x.length)
     loops = [loop(n, a, b) for n, a, b in found]
     # Gluon: the shortest loops that issue a wgmma and one exp2 per score (>= 60 MUFU): the consumers' key loops
-    loops = [x for x in loops if (x[1]["QGMMA"] or x[1]["IGMMA"]) and x[1]["MUFU"] >= 60]
-    return sorted(loops, key=lambda x: x[0])[:2]
+    loops = [x for x in loops if (x.ops["QGMMA"] or x.ops["IGMMA"]) and x.ops["MUFU"] >= 60]
+    return sorted(loops, key=lambda x: x.length)[:2]
 
 
 def main(argv=None) -> int:
