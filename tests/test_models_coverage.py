@@ -131,15 +131,64 @@ def test_draft_recipe_on_packed_tokens_takes_the_grid_from_the_call():
     assert torch.isfinite(out).all() and not torch.equal(out, ref)
 
 
-def test_draft_recipe_without_patch_facts_is_a_one_line_error():
-    from lowbit_video.errors import UserError
+def _full_policy_draft():
+    import dataclasses
 
-    model, _ = build("Kandinsky5Transformer3DModel")  # no facts row
+    from lowbit_video.recipes import PrecisionPolicy, load_recipe
+
+    return dataclasses.replace(load_recipe("draftattention2"), policy=PrecisionPolicy())  # every block and step
+
+
+# (class, how its tiny case's latent is changed, the video token grid worked out by hand from that latent and the
+# class's patch sizes, the self/joint calls of one forward)
+DRAFTED = [
+    # channels-last (B, F, H, W, C) latent 1 x 2 x 8 x 8 x 4, patch (1, 2, 2); one call per visual block (the text
+    # block's self-attention sees no video and stays in diffusers' kernel)
+    ("Kandinsky5Transformer3DModel", None, (2, 4, 4), 2),
+    # (B, C, F, H, W) 1 x 16 x 1 x 8 x 8, patch (1, 2, 2), text after the grid
+    ("JoyImageEditTransformer3DModel", None, (1, 4, 4), 2),
+    # the multi-item form its pipeline passes: (B, N, C, T, H, W) 1 x 2 x 16 x 1 x 8 x 8, the two items as frames
+    ("JoyImageEditTransformer3DModel", lambda hs: torch.stack([hs, hs.flip(-1)], dim=1), (2, 4, 4), 2),
+    # (B, C, F, H, W) 1 x 4 x 2 x 8 x 8, patch (1, 1, 1), the (padded) text after the grid; one dual-stream and one
+    # single-stream block
+    ("MotifVideoTransformer3DModel", None, (2, 8, 8), 2),
+]
+
+
+@pytest.mark.parametrize("name,reshape,grid,calls", DRAFTED)
+def test_draft_recipe_lays_out_the_grid_of_each_drafted_family(name, reshape, grid, calls):
+    model, inputs = build(name)
+    if reshape is not None:
+        inputs = dict(inputs, hidden_states=reshape(inputs["hidden_states"]))
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with use_recipe(model, _full_policy_draft(), tracker=StepTracker()) as handle:
+                out = model(**inputs)[0]
+                assert handle.context.grid == grid
+    assert handle.calls["quantized"] == calls and handle.calls["fallback"] == 0
+    assert torch.isfinite(out).all() and not torch.equal(out, ref)
+
+
+def test_draft_recipe_without_grid_facts_is_a_one_line_error(monkeypatch):
+    from lowbit_video.errors import UserError
+    from lowbit_video.models import families
+
+    model, _ = build("Kandinsky6Transformer3DModel")  # its visual blocks run the audio track's attention too
     with pytest.raises(UserError) as e:
         with use_recipe(model, "draftattention2", tracker=StepTracker()):
             pass
     msg = str(e.value)
-    assert "\n" not in msg and "patch sizes of Kandinsky5Transformer3DModel" in msg and "facts table" in msg
+    assert "\n" not in msg and "Kandinsky6Transformer3DModel" in msg and "audio" in msg
+    monkeypatch.delitem(families.FACTS, "Kandinsky5Transformer3DModel")  # a class the table has no row for
+    model, _ = build("Kandinsky5Transformer3DModel")
+    with pytest.raises(UserError) as e:
+        with use_recipe(model, "draftattention2", tracker=StepTracker()):
+            pass
+    msg = str(e.value)
+    assert "\n" not in msg and "patch sizes and token layout of Kandinsky5Transformer3DModel" in msg
+    assert "not in the facts table" in msg
 
 
 def test_models_families_lists_every_class_and_what_draft_recipes_need():
@@ -154,5 +203,8 @@ def test_models_families_lists_every_class_and_what_draft_recipes_need():
     by = {r["class"]: r for r in json.loads(res.stdout)["families"]}
     assert sorted(by) == CLASSES
     assert by["HunyuanVideoTransformer3DModel"]["text"] == "after" and by["WanTransformer3DModel"]["draft"] == "yes"
-    assert by["Kandinsky5Transformer3DModel"] == dict(by["Kandinsky5Transformer3DModel"], family=None,
-                                                      recipes="every non-draft recipe", draft="no: no facts row")
+    assert by["Kandinsky5Transformer3DModel"]["draft"] == "yes"
+    assert by["Kandinsky6Transformer3DModel"] == dict(by["Kandinsky6Transformer3DModel"], family="Kandinsky 6",
+                                                      recipes="every non-draft recipe")
+    assert by["Kandinsky6Transformer3DModel"]["draft"].startswith("no: ") and "audio" in by[
+        "Kandinsky6Transformer3DModel"]["draft"]

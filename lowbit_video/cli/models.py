@@ -72,19 +72,17 @@ def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...
 
 
 def _families(as_json: bool) -> None:
-    from ..models.families import FACTS
+    from ..models.families import FACTS, grid_refusal
     from ..models.tiny_video_cases import video_transformer_classes
 
     rows = []
     for name in video_transformer_classes():
         f = FACTS.get(name)
-        known = f is not None and f.patch is not None and f.text is not None
+        why = grid_refusal(f)
         rows.append({"class": name, "family": f.name if f else None, "blocks": list(f.blocks) if f else None,
                      "text": f.text if f else None, "masks": f.masks if f else None,
-                     "recipes": "every recipe" if known else "every non-draft recipe",
-                     "draft": "yes" if known else "no: " + ("no facts row" if f is None else
-                                                            "patch sizes unknown" if f.patch is None else
-                                                            "text position unknown")})
+                     "recipes": "every non-draft recipe" if why else "every recipe",
+                     "draft": f"no: {why}" if why else "yes"})
     if as_json:
         print_json({"families": rows})
         return

@@ -18,7 +18,12 @@ see from a call is read here:
   softmax blocks): their SDPA calls are taken over as the processors' are.
 * `grid_kwargs`: for transformers that take packed tokens (LTX-Video), the forward's arguments that give the
   latent's frames, height and width.
-* `latent`: the axis order of the transformer's latent input ("BCFHW", CogVideoX and ConsisID "BFCHW").
+* `latent`: the axis order of the transformer's latent input ("BCFHW", CogVideoX and ConsisID "BFCHW", Kandinsky
+  "BFHWC"), or one order per rank the forward takes (JoyImage-Edit: 5-D "BCFHW" or 6-D "BNCFHW", whose N items, the
+  target and its reference images, it folds into frames).
+* `no_grid`: why draft recipes cannot lay this family's self-attention out by the video grid although its patch
+  sizes are known (audio in the same blocks, chunk-causal KV caches, several images of their own sizes); empty
+  where they can.
 
 A class without a row still gets every recipe that needs no video geometry on the attention of its block lists
 (found as the ModuleList children holding attention modules); what is unknown is said once in `describe`.
@@ -47,9 +52,10 @@ class FamilyFacts:
     rope: tuple[str, ...] | None
     text: str | None
     masks: str = "none"
-    latent: str = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
+    latent: str | tuple[str, ...] = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
     attention_classes: tuple[str, ...] = ()  # attention modules without a diffusers processor (calling SDPA)
     grid_kwargs: tuple[str, str, str] | None = None  # forward arguments giving the latent (F, H, W) of packed tokens
+    no_grid: str = ""  # why draft recipes cannot run on the family although its patch sizes are known
 
 
 _WAN = FamilyFacts("Wan", ("blocks",), ("config.patch_size[0]", "config.patch_size[1]", "config.patch_size[2]"),
@@ -71,10 +77,12 @@ FACTS: dict[str, FamilyFacts] = {
     "HeliosTransformer3DModel": FamilyFacts("Helios", ("blocks",), _WAN.patch, ("config.rope_dim",), "none"),
     "HunyuanVideoTransformer3DModel": _HUNYUAN,
     "HunyuanVideoFramepackTransformer3DModel": FamilyFacts("HunyuanVideo-Framepack", _HUNYUAN.blocks, _HUNYUAN.patch, _HUNYUAN.rope, None,
-                                                           _HUNYUAN.masks),
+                                                           _HUNYUAN.masks, no_grid="its joint calls put history "
+                                                           "frames, on grids of their own, before the video grid"),
     "HunyuanVideo15Transformer3DModel": FamilyFacts("HunyuanVideo-1.5", ("transformer_blocks",), _HUNYUAN.patch, _HUNYUAN.rope, "after",
                                                     "key padding of the prompt's padded text tokens"),
-    "MotifVideoTransformer3DModel": FamilyFacts("Motif-Video", _HUNYUAN.blocks, _HUNYUAN.patch, _HUNYUAN.rope, None,
+    # joint calls: the grid, then image embeddings and text (a decoder block: then the encoder's output grid)
+    "MotifVideoTransformer3DModel": FamilyFacts("Motif-Video", _HUNYUAN.blocks, _HUNYUAN.patch, _HUNYUAN.rope, "after",
                                                 _HUNYUAN.masks),
     "LTXVideoTransformer3DModel": _LTX,
     "LTX2VideoTransformer3DModel": FamilyFacts("LTX-2", ("transformer_blocks",), _LTX.patch, None, "none",
@@ -91,7 +99,9 @@ FACTS: dict[str, FamilyFacts] = {
     "AllegroTransformer3DModel": FamilyFacts("Allegro", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size",
                                                                        "config.patch_size"), None, "none",
                                              "key padding of the prompt (cross-attention)"),
-    "LatteTransformer3DModel": FamilyFacts("Latte", ("transformer_blocks", "temporal_transformer_blocks"), None, None, "none"),
+    "LatteTransformer3DModel": FamilyFacts("Latte", ("transformer_blocks", "temporal_transformer_blocks"), None, None, "none",
+                                           no_grid="its blocks attend within one frame (spatial) or along one "
+                                           "position's frames (temporal), never over the whole grid"),
     "EasyAnimateTransformer3DModel": FamilyFacts("EasyAnimate", ("transformer_blocks",), (1, "config.patch_size",
                                                                            "config.patch_size"), None, "before"),
     "SanaWMTransformer3DModel": FamilyFacts("SANA-WM", ("blocks",), _WAN.patch, None, "none",
@@ -99,6 +109,48 @@ FACTS: dict[str, FamilyFacts] = {
                                             attention_classes=("SanaWMSoftmaxAttention", "SanaWMSoftmaxCamAttention")),
     "CosmosTransformer3DModel": FamilyFacts("Cosmos", ("transformer_blocks",), ("config.patch_size[0]", "config.patch_size[1]",
                                                                       "config.patch_size[2]"), None, "none"),
+    # Kandinsky 5 / 6: text-only blocks first (text_transformer_blocks: their self-attention sees no video), then the
+    # visual blocks (video self-attention, text by cross-attention); the latent is channels-last
+    "Kandinsky5Transformer3DModel": FamilyFacts("Kandinsky 5", ("visual_transformer_blocks",), _WAN.patch,
+                                                ("config.axes_dims",), "none",
+                                                "none (attention_type 'nabla': a flex BlockMask per head over tokens "
+                                                "reordered into 8x8 tiles, which every recipe leaves to diffusers)",
+                                                latent="BFHWC"),
+    "Kandinsky6Transformer3DModel": FamilyFacts("Kandinsky 6", ("visual_transformer_blocks",), _WAN.patch,
+                                                ("config.axes_dims",), "none", "key padding of the prompt (cross-attention)",
+                                                latent="BFHWC", no_grid="its visual blocks also run the audio track's "
+                                                "self-attention, whose tokens are no video grid"),
+    "Kandinsky6SRTransformer3DModel": FamilyFacts("Kandinsky 6 SR", ("visual_transformer_blocks",), _WAN.patch,
+                                                  ("config.axes_dims",), "none",
+                                                  "a flex BlockMask per head (NABLA) on every self-attention call",
+                                                  latent="BFHWC", no_grid="its tokens are reordered into 8x8 tiles"),
+    # the target (and reference images, N of them in a 6-D latent) folded into frames, text after the video
+    "JoyImageEditTransformer3DModel": FamilyFacts("JoyImage-Edit", ("double_blocks",), _WAN.patch,
+                                                  ("config.rope_dim_list",), "after",
+                                                  latent=("BCFHW", "BNCFHW")),
+    "JoyImageEditPlusTransformer3DModel": FamilyFacts(
+        "JoyImage-Edit-Plus", ("double_blocks",), _WAN.patch, ("config.rope_dim_list",), "after",
+        "key padding of the padded patches and of the prompt",
+        no_grid="its joint calls hold several images, each a grid of its own size, then padding"),
+    "AnyFlowFARTransformer3DModel": FamilyFacts(
+        "AnyFlow-FAR", ("blocks",), _WAN.patch, WAN_SPLIT, "none",
+        "a flex chunk-causal BlockMask (rollout, cache prefill); none in KV-cached steps", latent="BFCHW",
+        no_grid="its self-attention sees earlier chunks on a coarser grid, padded to 128 tokens, or a KV cache"),
+    "WanAnimate2Transformer3DModel": FamilyFacts(
+        "Wan-Animate-2", ("blocks",), _WAN.patch, WAN_SPLIT, "none",
+        "a flex BlockMask over the padded [generation | reference] buffer (cached pass)",
+        no_grid="its latents come as a list, and the generation pass attends a padded buffer of generated and "
+                "reference frames"),
+    "SanaWMLTX2RefinerTransformer3DModel": FamilyFacts(
+        "SANA-WM refiner", ("transformer_blocks",), _LTX.patch, None, "none",
+        "additive key padding of the prompt (cross-attention)",
+        no_grid="its packed tokens come without the grid's size, and its denoising calls attend a KV cache"),
+    "MiniMaxH3Transformer3DModel": FamilyFacts(
+        "MiniMax-H3", ("transformer_blocks",), _WAN.patch, None, None,
+        no_grid="its one packed sequence holds text, keyframe, audio and video rows, without the grid's size"),
+    # linear (ReLU) self-attention; its only softmax attention is the cross-attention to the prompt
+    "SanaVideoTransformer3DModel": FamilyFacts("SANA-Video", ("transformer_blocks",), _WAN.patch, WAN_SPLIT, "none",
+                                               "key padding of the prompt (cross-attention, an additive bias)"),
 }
 
 
@@ -183,21 +235,29 @@ def rope_segments(transformer: torch.nn.Module) -> tuple[int, ...] | None:
     if facts is None or facts.rope is None:
         return None
     if facts.rope == WAN_SPLIT:
-        d = int(transformer.config.attention_head_dim)
+        cfg = transformer.config  # (Wan-Animate-2's config gives the model width and head count instead)
+        d = int(getattr(cfg, "attention_head_dim", None) or cfg.dim // cfg.num_heads)
         return (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6))
     if len(facts.rope) == 1:
         return tuple(int(d) for d in _resolve(transformer, facts.rope[0]))
     return tuple(int(_resolve(transformer, p)) for p in facts.rope)
 
 
+def latent_order(facts: FamilyFacts, rank: int) -> str | None:
+    """The family's latent axis order for an input of `rank` dimensions, None if it takes none of that rank."""
+    orders = (facts.latent,) if isinstance(facts.latent, str) else facts.latent
+    return next((o for o in orders if len(o) == rank), None)
+
+
 def token_grid(transformer: torch.nn.Module, latent_shape: Sequence[int]) -> tuple[int, int, int] | None:
-    """(frames, height, width) of the video tokens for a latent input (B, C, F, H, W); None without patch facts."""
+    """(frames, height, width) of the video tokens for a latent input (B, C, F, H, W in the family's axis order;
+    N items folded into frames where the order has them); None without patch facts or for another rank."""
     patch = patch_sizes(transformer)
-    if patch is None or len(latent_shape) != 5:
+    order = latent_order(facts_for(transformer), len(latent_shape)) if patch is not None else None
+    if order is None:
         return None
-    facts = facts_for(transformer)
-    axes = dict(zip(facts.latent, latent_shape))
-    f, h, w = axes["F"], axes["H"], axes["W"]
+    axes = dict(zip(order, latent_shape))
+    f, h, w = axes["F"] * axes.get("N", 1), axes["H"], axes["W"]
     return (f // patch[0], h // patch[1], w // patch[2])
 
 
@@ -209,7 +269,7 @@ def family_name(transformer: torch.nn.Module) -> str:
 def call_grid(transformer: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[int, int, int] | None:
     """The video token grid of one forward call: from its 5-D latent, or from the facts' `grid_kwargs`."""
     hs = kwargs.get("hidden_states", args[0] if args else None)
-    if isinstance(hs, torch.Tensor) and hs.dim() == 5:
+    if isinstance(hs, torch.Tensor) and hs.dim() >= 5:
         return token_grid(transformer, hs.shape)
     facts, patch = facts_for(transformer), patch_sizes(transformer)
     if facts is None or facts.grid_kwargs is None or patch is None:
@@ -223,6 +283,20 @@ def call_grid(transformer: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[
 def text_position(transformer: torch.nn.Module) -> str | None:
     facts = facts_for(transformer)
     return facts.text if facts is not None else None
+
+
+def grid_refusal(facts: FamilyFacts | None) -> str:
+    """Why draft recipes, which lay each self/joint call out by the video token grid, cannot run on a family
+    ("" where they can)."""
+    if facts is None:
+        return "no facts row"
+    if facts.no_grid:
+        return facts.no_grid
+    if facts.patch is None:
+        return "patch sizes not in the facts table"
+    if facts.text is None:
+        return "text position in joint attention not in the facts table"
+    return ""
 
 
 def unknown_facts(transformer: torch.nn.Module) -> list[str]:
@@ -241,7 +315,7 @@ def describe(transformer: torch.nn.Module) -> dict[str, Any]:
     return {"class": type(transformer).__name__, "blocks": list(block_lists(transformer)),
             "num_blocks": num_blocks(transformer), "attention_modules": len(attention_sites(transformer)),
             "patch": patch_sizes(transformer), "rope_segments": rope_segments(transformer),
-            "text": text_position(transformer),
+            "text": text_position(transformer), "draft": grid_refusal(facts_for(transformer)),
             "unknown": ("not in the facts table: " + ", ".join(unknown)) if unknown else None}
 
 
@@ -253,5 +327,5 @@ def check_transformer(transformer: Any) -> None:
 
 
 __all__ = ["FACTS", "FamilyFacts", "Site", "TEXT_POSITIONS", "attention_sites", "block_lists", "call_grid", "check_transformer",
-           "describe", "facts_for", "family_name", "num_blocks", "patch_sizes", "rope_segments", "text_position", "token_grid",
+           "describe", "facts_for", "family_name", "grid_refusal", "latent_order", "num_blocks", "patch_sizes", "rope_segments", "text_position", "token_grid",
            "unknown_facts"]

@@ -175,9 +175,11 @@ class RecipeHandle:
 
     def _install_one(self, expert: str, transformer: torch.nn.Module, undo: contextlib.ExitStack) -> None:
         ctx = self.context
-        if ctx.dispatch.geometry and families.patch_sizes(transformer) is None:
+        facts = families.facts_for(transformer)
+        if ctx.dispatch.geometry and (facts is None or facts.patch is None or facts.no_grid):
+            why = facts.no_grid if facts is not None and facts.no_grid else "not in the facts table"
             raise UserError(f"recipe {self.recipe.name!r} lays attention out by the video token grid, which needs "
-                            f"the patch sizes of {type(transformer).__name__}: not in the facts table "
+                            f"the patch sizes and token layout of {type(transformer).__name__}: {why} "
                             "(lowbit_video/models/families.py)")
         nb, segs, text = num_blocks(transformer), rope_segments(transformer), families.text_position(transformer)
         parallel = getattr(transformer, "_parallel_config", None)
