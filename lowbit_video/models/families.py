@@ -9,8 +9,12 @@ see from a call is read here:
   Attention modules outside them (HunyuanVideo's token refiner, Wan-VACE's hint blocks) keep diffusers' kernel.
 * `patch`: the (t, h, w) patch sizes as config paths (`patch_size[1]`) or numbers, so the video token grid
   follows from the latent's (F, H, W).
-* `rope`: the t/h/w channel split of the 3D RoPE per head, as config or attribute paths (a single path names a
-  sequence of three), or `WAN_SPLIT`: Wan's rule from the head size D (h = w = 2·(D // 6), t = D − 2h).
+* `rope`: the t/h/w channel split of the 3D RoPE per head (contiguous channel runs, in channel order), as config
+  or attribute paths (a single path names a sequence of three), or a `RopeRule` computing it from the head size:
+  `WAN_SPLIT` (h = w = 2·(D // 6), t = D − 2h), `COGVIDEOX_SPLIT` (t = D // 4, h = w = 3·(D // 8)),
+  `THIRDS` (Allegro); `NO_SPLIT` where the model's RoPE has no such runs (LTX interleaves the axes pair by pair
+  over the whole width, Mochi's learned frequencies mix all three in every pair, Cosmos rotates split halves,
+  Latte has none): the recipes then use their default split. None: not known.
 * `text`: where text tokens sit in joint (video + text) attention: "before", "after" or "none" (no joint
   attention: text comes in as cross-attention keys).
 * `masks`: which masks the family passes to attention (documentation and the coverage table).
@@ -34,14 +38,35 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..errors import UserError
 
 TEXT_POSITIONS = ("before", "after", "none")
-WAN_SPLIT = ("wan-split",)
+
+
+@dataclass(frozen=True)
+class RopeRule:
+    """A RoPE split computed from the size of one attention head: `split(D)`, D from the config by `head_dim`;
+    `gate`: the config flag that switches the RoPE on (CogVideoX-2b has none: absolute position embeddings)."""
+
+    name: str
+    split: Callable[[int], tuple[int, ...]]
+    head_dim: Callable[[Any], int] = lambda config: config.attention_head_dim
+    gate: str | None = None
+
+
+def _wan_split(d: int) -> tuple[int, ...]:
+    return (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6))
+
+
+WAN_SPLIT = RopeRule("Wan", _wan_split)
+# diffusers' get_3d_rotary_pos_embed (CogVideoX, ConsisID, EasyAnimate)
+COGVIDEOX_SPLIT = RopeRule("CogVideoX", lambda d: (d // 4, 3 * (d // 8), 3 * (d // 8)))
+THIRDS = RopeRule("thirds", lambda d: (d // 3,) * 3)  # get_3d_rotary_pos_embed_allegro
+NO_SPLIT = ("no-split",)
 
 
 @dataclass(frozen=True)
@@ -49,7 +74,7 @@ class FamilyFacts:
     name: str  # the family as users know it ("Wan", "HunyuanVideo")
     blocks: tuple[str, ...]
     patch: tuple[str | int, str | int, str | int] | None
-    rope: tuple[str, ...] | None
+    rope: tuple[str, ...] | RopeRule | None
     text: str | None
     masks: str = "none"
     latent: str | tuple[str, ...] = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
@@ -63,8 +88,11 @@ _WAN = FamilyFacts("Wan", ("blocks",), ("config.patch_size[0]", "config.patch_si
 _HUNYUAN = FamilyFacts("HunyuanVideo", ("transformer_blocks", "single_transformer_blocks"),
                        ("config.patch_size_t", "config.patch_size", "config.patch_size"), ("config.rope_axes_dim",),
                        "after", "key padding of the prompt's padded text tokens")
-_LTX = FamilyFacts("LTX-Video", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size", "config.patch_size"), None,
+_LTX = FamilyFacts("LTX-Video", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size", "config.patch_size"), NO_SPLIT,
                    "none", "key padding of the prompt (cross-attention)", grid_kwargs=("num_frames", "height", "width"))
+
+# CogVideoX-5b's RoPE (CogVideoX-2b: absolute position embeddings instead)
+_COGVIDEOX_ROPE = dataclasses.replace(COGVIDEOX_SPLIT, gate="use_rotary_positional_embeddings")
 
 # class name -> facts. Read from diffusers 0.42.1's model sources.
 FACTS: dict[str, FamilyFacts] = {
@@ -85,30 +113,35 @@ FACTS: dict[str, FamilyFacts] = {
     "MotifVideoTransformer3DModel": FamilyFacts("Motif-Video", _HUNYUAN.blocks, _HUNYUAN.patch, _HUNYUAN.rope, "after",
                                                 _HUNYUAN.masks),
     "LTXVideoTransformer3DModel": _LTX,
-    "LTX2VideoTransformer3DModel": FamilyFacts("LTX-2", ("transformer_blocks",), _LTX.patch, None, "none",
+    "LTX2VideoTransformer3DModel": FamilyFacts("LTX-2", ("transformer_blocks",), _LTX.patch, NO_SPLIT, "none",
                                                "key padding of the prompt (cross-attention)",
                                                grid_kwargs=("num_frames", "height", "width")),
     "CogVideoXTransformer3DModel": FamilyFacts("CogVideoX", ("transformer_blocks",),
                                                ("config.patch_size_t", "config.patch_size", "config.patch_size"),
-                                               None, "before", latent="BFCHW"),
+                                               _COGVIDEOX_ROPE, "before", latent="BFCHW"),
     "ConsisIDTransformer3DModel": FamilyFacts("ConsisID", ("transformer_blocks",),
-                                              (1, "config.patch_size", "config.patch_size"), None, "before",
+                                              (1, "config.patch_size", "config.patch_size"), _COGVIDEOX_ROPE, "before",
                                               latent="BFCHW"),
     "MochiTransformer3DModel": FamilyFacts("Mochi", ("transformer_blocks",), (1, "config.patch_size", "config.patch_size"),
-                                           None, "after", "per-sample valid prompt length (each sample its own call)"),
+                                           NO_SPLIT, "after", "per-sample valid prompt length (each sample its own call)"),
     "AllegroTransformer3DModel": FamilyFacts("Allegro", ("transformer_blocks",), ("config.patch_size_t", "config.patch_size",
-                                                                       "config.patch_size"), None, "none",
+                                                                       "config.patch_size"), THIRDS, "none",
                                              "key padding of the prompt (cross-attention)"),
-    "LatteTransformer3DModel": FamilyFacts("Latte", ("transformer_blocks", "temporal_transformer_blocks"), None, None, "none",
+    "LatteTransformer3DModel": FamilyFacts("Latte", ("transformer_blocks", "temporal_transformer_blocks"), None, NO_SPLIT,
+                                           "none",
                                            no_grid="its blocks attend within one frame (spatial) or along one "
                                            "position's frames (temporal), never over the whole grid"),
     "EasyAnimateTransformer3DModel": FamilyFacts("EasyAnimate", ("transformer_blocks",), (1, "config.patch_size",
-                                                                           "config.patch_size"), None, "before"),
-    "SanaWMTransformer3DModel": FamilyFacts("SANA-WM", ("blocks",), _WAN.patch, None, "none",
+                                                                           "config.patch_size"), COGVIDEOX_SPLIT,
+                                                 "before"),
+    # softmax self-attention heads of linear_head_dim channels (its camera attention rotates their second half
+    # only, by Wan's split of that half)
+    "SanaWMTransformer3DModel": FamilyFacts("SANA-WM", ("blocks",), _WAN.patch,
+                                            dataclasses.replace(WAN_SPLIT, head_dim=lambda c: c.linear_head_dim), "none",
                                             "additive bias over padded frames' keys",
                                             attention_classes=("SanaWMSoftmaxAttention", "SanaWMSoftmaxCamAttention")),
     "CosmosTransformer3DModel": FamilyFacts("Cosmos", ("transformer_blocks",), ("config.patch_size[0]", "config.patch_size[1]",
-                                                                      "config.patch_size[2]"), None, "none"),
+                                                                      "config.patch_size[2]"), NO_SPLIT, "none"),
     # Kandinsky 5 / 6: text-only blocks first (text_transformer_blocks: their self-attention sees no video), then the
     # visual blocks (video self-attention, text by cross-attention); the latent is channels-last
     "Kandinsky5Transformer3DModel": FamilyFacts("Kandinsky 5", ("visual_transformer_blocks",), _WAN.patch,
@@ -137,16 +170,17 @@ FACTS: dict[str, FamilyFacts] = {
         "a flex chunk-causal BlockMask (rollout, cache prefill); none in KV-cached steps", latent="BFCHW",
         no_grid="its self-attention sees earlier chunks on a coarser grid, padded to 128 tokens, or a KV cache"),
     "WanAnimate2Transformer3DModel": FamilyFacts(
-        "Wan-Animate-2", ("blocks",), _WAN.patch, WAN_SPLIT, "none",
+        "Wan-Animate-2", ("blocks",), _WAN.patch, dataclasses.replace(WAN_SPLIT, head_dim=lambda c: c.dim // c.num_heads),
+        "none",
         "a flex BlockMask over the padded [generation | reference] buffer (cached pass)",
         no_grid="its latents come as a list, and the generation pass attends a padded buffer of generated and "
                 "reference frames"),
     "SanaWMLTX2RefinerTransformer3DModel": FamilyFacts(
-        "SANA-WM refiner", ("transformer_blocks",), _LTX.patch, None, "none",
+        "SANA-WM refiner", ("transformer_blocks",), _LTX.patch, NO_SPLIT, "none",
         "additive key padding of the prompt (cross-attention)",
         no_grid="its packed tokens come without the grid's size, and its denoising calls attend a KV cache"),
     "MiniMaxH3Transformer3DModel": FamilyFacts(
-        "MiniMax-H3", ("transformer_blocks",), _WAN.patch, None, None,
+        "MiniMax-H3", ("transformer_blocks",), _WAN.patch, NO_SPLIT, None,
         no_grid="its one packed sequence holds text, keyframe, audio and video rows, without the grid's size"),
     # linear (ReLU) self-attention; its only softmax attention is the cross-attention to the prompt
     "SanaVideoTransformer3DModel": FamilyFacts("SANA-Video", ("transformer_blocks",), _WAN.patch, WAN_SPLIT, "none",
@@ -232,12 +266,15 @@ def patch_sizes(transformer: torch.nn.Module) -> tuple[int, int, int] | None:
 def rope_segments(transformer: torch.nn.Module) -> tuple[int, ...] | None:
     """The t/h/w channel split of the model's 3D RoPE (per head), None where the facts do not say."""
     facts = facts_for(transformer)
-    if facts is None or facts.rope is None:
+    if facts is None or facts.rope is None or facts.rope == NO_SPLIT:
         return None
-    if facts.rope == WAN_SPLIT:
-        cfg = transformer.config  # (Wan-Animate-2's config gives the model width and head count instead)
-        d = int(getattr(cfg, "attention_head_dim", None) or cfg.dim // cfg.num_heads)
-        return (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6))
+    if isinstance(facts.rope, RopeRule):
+        cfg = transformer.config
+        if facts.rope.gate is not None and not getattr(cfg, facts.rope.gate, False):
+            return None
+        d = int(facts.rope.head_dim(cfg))
+        segs = facts.rope.split(d)  # a size the rule does not split into even runs (Allegro at 32) has no split
+        return segs if sum(segs) == d and all(x > 0 and x % 2 == 0 for x in segs) else None
     if len(facts.rope) == 1:
         return tuple(int(d) for d in _resolve(transformer, facts.rope[0]))
     return tuple(int(_resolve(transformer, p)) for p in facts.rope)
