@@ -88,6 +88,9 @@ def _probe(name, inputs_update=None):
 ROPE_CLASSES = {
     "WanTransformer3DModel": None,
     "WanVACETransformer3DModel": None,
+    "WanAnimateTransformer3DModel": None,
+    "ChronoEditTransformer3DModel": None,
+    "AnyFlowTransformer3DModel": None,
     "SkyReelsV2Transformer3DModel": None,
     "HeliosTransformer3DModel": None,
     "HunyuanVideoTransformer3DModel": None,
@@ -96,6 +99,7 @@ ROPE_CLASSES = {
     "EasyAnimateTransformer3DModel": None,
     "JoyImageEditTransformer3DModel": lambda: dict(hidden_states=torch.randn(1, 16, 2, 8, 8,
                                                                              generator=torch.Generator().manual_seed(3))),
+    "Kandinsky6Transformer3DModel": None,
     "Kandinsky5Transformer3DModel": lambda: dict(visual_rope_pos=[torch.tensor([0, 100]), torch.arange(0, 160, 40),
                                                                   torch.arange(0, 160, 40)]),
 }
