@@ -139,12 +139,15 @@ def _full_policy_draft():
     return dataclasses.replace(load_recipe("draftattention2"), policy=PrecisionPolicy())  # every block and step
 
 
-# (class, how its tiny case's latent is changed, the video token grid worked out by hand from that latent and the
+# (class, its tiny case's inputs changed (a dict of inputs, or a function of the latent), the video token grid worked out by hand from that latent and the
 # class's patch sizes, the self/joint calls of one forward)
 DRAFTED = [
     # channels-last (B, F, H, W, C) latent 1 x 2 x 8 x 8 x 4, patch (1, 2, 2); one call per visual block (the text
     # block's self-attention sees no video and stays in diffusers' kernel)
     ("Kandinsky5Transformer3DModel", None, (2, 4, 4), 2),
+    # with its audio track (5 audio tokens): the audio self-attention and the attention between audio and video keep
+    # diffusers' kernel, each visual block's video self-attention is drafted
+    ("Kandinsky6Transformer3DModel", {"audio_hidden_states": torch.randn(1, 5, 4, generator=torch.Generator().manual_seed(2))}, (2, 4, 4), 2),
     # (B, C, F, H, W) 1 x 16 x 1 x 8 x 8, patch (1, 2, 2), text after the grid
     ("JoyImageEditTransformer3DModel", None, (1, 4, 4), 2),
     # the multi-item form its pipeline passes: (B, N, C, T, H, W) 1 x 2 x 16 x 1 x 8 x 8, the two items as frames
@@ -155,11 +158,13 @@ DRAFTED = [
 ]
 
 
-@pytest.mark.parametrize("name,reshape,grid,calls", DRAFTED)
-def test_draft_recipe_lays_out_the_grid_of_each_drafted_family(name, reshape, grid, calls):
+@pytest.mark.parametrize("name,change,grid,calls", DRAFTED)
+def test_draft_recipe_lays_out_the_grid_of_each_drafted_family(name, change, grid, calls):
     model, inputs = build(name)
-    if reshape is not None:
-        inputs = dict(inputs, hidden_states=reshape(inputs["hidden_states"]))
+    if isinstance(change, dict):
+        inputs = dict(inputs, **change)
+    elif change is not None:
+        inputs = dict(inputs, hidden_states=change(inputs["hidden_states"]))
     with torch.no_grad():
         ref = model(**inputs)[0]
         with warnings.catch_warnings():
@@ -175,12 +180,12 @@ def test_draft_recipe_without_grid_facts_is_a_one_line_error(monkeypatch):
     from lowbit_video.errors import UserError
     from lowbit_video.models import families
 
-    model, _ = build("Kandinsky6Transformer3DModel")  # its visual blocks run the audio track's attention too
+    model, _ = build("AnyFlowFARTransformer3DModel")  # chunk-causal attention over earlier chunks and a KV cache
     with pytest.raises(UserError) as e:
         with use_recipe(model, "draftattention2", tracker=StepTracker()):
             pass
     msg = str(e.value)
-    assert "\n" not in msg and "Kandinsky6Transformer3DModel" in msg and "audio" in msg
+    assert "\n" not in msg and "AnyFlowFARTransformer3DModel" in msg and "KV cache" in msg
     monkeypatch.delitem(families.FACTS, "Kandinsky5Transformer3DModel")  # a class the table has no row for
     model, _ = build("Kandinsky5Transformer3DModel")
     with pytest.raises(UserError) as e:
@@ -204,7 +209,7 @@ def test_models_families_lists_every_class_and_what_draft_recipes_need():
     assert sorted(by) == CLASSES
     assert by["HunyuanVideoTransformer3DModel"]["text"] == "after" and by["WanTransformer3DModel"]["draft"] == "yes"
     assert by["Kandinsky5Transformer3DModel"]["draft"] == "yes"
-    assert by["Kandinsky6Transformer3DModel"] == dict(by["Kandinsky6Transformer3DModel"], family="Kandinsky 6",
+    assert by["AnyFlowFARTransformer3DModel"] == dict(by["AnyFlowFARTransformer3DModel"], family="AnyFlow-FAR",
                                                       recipes="every non-draft recipe")
-    assert by["Kandinsky6Transformer3DModel"]["draft"].startswith("no: ") and "audio" in by[
-        "Kandinsky6Transformer3DModel"]["draft"]
+    assert by["AnyFlowFARTransformer3DModel"]["draft"].startswith("no: ") and "KV cache" in by[
+        "AnyFlowFARTransformer3DModel"]["draft"]

@@ -25,6 +25,9 @@ see from a call is read here:
 * `latent`: the axis order of the transformer's latent input ("BCFHW", CogVideoX and ConsisID "BFCHW", Kandinsky
   "BFHWC"), or one order per rank the forward takes (JoyImage-Edit: 5-D "BCFHW" or 6-D "BNCFHW", whose N items, the
   target and its reference images, it folds into frames).
+* `keep`: attention modules inside the blocks (paths within a block) that keep diffusers' kernel under every recipe,
+  like the modules outside the block lists: Kandinsky 6's audio track (its self-attention, whose tokens are no
+  video grid, and the attention between audio and video).
 * `no_grid`: why draft recipes cannot lay this family's self-attention out by the video grid although its patch
   sizes are known (audio in the same blocks, chunk-causal KV caches, several images of their own sizes); empty
   where they can.
@@ -80,6 +83,7 @@ class FamilyFacts:
     latent: str | tuple[str, ...] = "BCFHW"  # the axis order of the latent the transformer takes (CogVideoX: "BFCHW")
     attention_classes: tuple[str, ...] = ()  # attention modules without a diffusers processor (calling SDPA)
     grid_kwargs: tuple[str, str, str] | None = None  # forward arguments giving the latent (F, H, W) of packed tokens
+    keep: tuple[str, ...] = ()  # attention modules (paths within a block) left to diffusers' kernel
     no_grid: str = ""  # why draft recipes cannot run on the family although its patch sizes are known
 
 
@@ -151,8 +155,9 @@ FACTS: dict[str, FamilyFacts] = {
                                                 latent="BFHWC"),
     "Kandinsky6Transformer3DModel": FamilyFacts("Kandinsky 6", ("visual_transformer_blocks",), _WAN.patch,
                                                 ("config.axes_dims",), "none", "key padding of the prompt (cross-attention)",
-                                                latent="BFHWC", no_grid="its visual blocks also run the audio track's "
-                                                "self-attention, whose tokens are no video grid"),
+                                                latent="BFHWC", keep=("audio_dec_block.self_attention",
+                                                                      "audio_dec_block.cross_attention",
+                                                                      "va_cross_attention", "av_cross_attention")),
     "Kandinsky6SRTransformer3DModel": FamilyFacts("Kandinsky 6 SR", ("visual_transformer_blocks",), _WAN.patch,
                                                   ("config.axes_dims",), "none",
                                                   "a flex BlockMask per head (NABLA) on every self-attention call",
@@ -237,14 +242,18 @@ class Site:
 
 
 def attention_sites(transformer: torch.nn.Module) -> list[Site]:
-    """Every attention module inside the block lists, in block order; the block index counts across lists."""
+    """Every attention module inside the block lists (but the facts' `keep`), in block order; the block index counts
+    across lists."""
     out, offset = [], 0
     facts = facts_for(transformer)
     extra = facts.attention_classes if facts is not None else ()
+    keep = facts.keep if facts is not None else ()
     for list_name in block_lists(transformer):
         blocks = getattr(transformer, list_name)
         for i, block in enumerate(blocks):
             for sub, mod in block.named_modules():
+                if sub in keep:
+                    continue
                 if _is_attention(mod) or type(mod).__name__ in extra:
                     out.append(Site(f"{list_name}.{i}.{sub}", mod, offset + i,
                                     bool(getattr(mod, "is_cross_attention", False))))
