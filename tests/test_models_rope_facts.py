@@ -6,7 +6,9 @@ query projection of a tiny random-weight instance returns one vector for every t
 call sees differs between tokens only by its position's rotation; a channel belongs to the axes of the video grid
 along which it varies. The runs of head 0's channels must be the facts' split, channel for channel. Families whose
 facts say NO_SPLIT must show no such runs, and the rules for RoPE that pipelines build (CogVideoX, Allegro) are
-checked on diffusers' own table functions.
+checked on diffusers' own table functions. Then rotateattention-half, every call quantized, on every class with
+softmax self-attention: each call gets the split where it describes the call's heads, the recipe's default where
+the call's heads have another size.
 """
 
 import itertools
@@ -21,7 +23,8 @@ import lowbit_video.models.attention_hook as attention_hook  # noqa: E402
 from lowbit_video.models import families  # noqa: E402
 from lowbit_video.models.injection import use_recipe  # noqa: E402
 from lowbit_video.models.steps import StepTracker  # noqa: E402
-from lowbit_video.models.tiny_video_cases import build  # noqa: E402
+from lowbit_video.attention import attend  # noqa: E402
+from lowbit_video.models.tiny_video_cases import build, video_transformer_classes  # noqa: E402
 
 # the query projections of diffusers' attention modules (fused QKV included: K and V constant too, which the probe
 # does not read)
@@ -150,3 +153,38 @@ def test_pipeline_built_rope_rules_match_diffusers_tables():
         (ct, _), (ch, _), (cw, _), *_ = get_3d_rotary_pos_embed_allegro(d, ((0, 0), grid[1:]), grid[1:], grid[0])
         assert ct.shape[-1] + ch.shape[-1] + cw.shape[-1] == d
         assert (ct.shape[-1], ch.shape[-1], cw.shape[-1]) == families.THIRDS.split(d)
+
+
+def _every_call(recipe_name):
+    import dataclasses
+
+    from lowbit_video.recipes import PrecisionPolicy, load_recipe
+
+    return dataclasses.replace(load_recipe(recipe_name), policy=PrecisionPolicy())  # every block and step
+
+
+# no softmax self-attention to quantize (tests/test_models_coverage.py LEFT_OUT)
+NOTHING_TO_ROTATE = {"Kandinsky6SRTransformer3DModel", "SanaVideoTransformer3DModel"}
+
+
+@pytest.mark.parametrize("name", sorted(set(video_transformer_classes()) - NOTHING_TO_ROTATE))
+def test_rotateattention_half_takes_each_calls_split(name, monkeypatch):
+    # the RoPE split goes to the calls whose head size it describes; calls with heads of another size (SANA-WM's
+    # camera attention, audio tracks) take the recipe's default instead of failing
+    passed = []
+
+    def recording(q, k, v, recipe, **kw):
+        passed.append((q.shape[-1], kw.get("rope_segments")))
+        return attend(q, k, v, recipe, **kw)
+
+    monkeypatch.setattr(attention_hook, "attend", recording)
+    model, inputs = build(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad(), use_recipe(model, _every_call("rotateattention-half"), tracker=StepTracker()) as handle:
+            out = model(**inputs)[0]
+    assert handle.calls["quantized"] > 0 and handle.calls["fallback"] == 0
+    assert all(torch.isfinite(o).all() for o in (out if isinstance(out, list) else [out]))  # (a list per sample)
+    segments = families.rope_segments(model)
+    for head_dim, passed_segments in passed:
+        assert passed_segments == (segments if segments and sum(segments) == head_dim else None)

@@ -305,7 +305,7 @@ class RecipeAttentionHook(ModelHook):
                 return hook._attend(q, k, v, attention_type=attention_type, text_tokens=0, scale=op_scale)
             # ring: the recipe's kernel with the LSE its epilogue writes (on CUDA), merged by diffusers
             hook._count_engine(q, k, None, attention_type, return_lse=True)
-            return attend(q, k, v, hook.ctx.recipe, layout="BNHD", scale=op_scale, rope_segments=hook.rope_segments,
+            return attend(q, k, v, hook.ctx.recipe, layout="BNHD", scale=op_scale, rope_segments=hook.segments(q),
                           return_lse=True)
 
         def backward_op(*args, **kwargs):
@@ -353,12 +353,18 @@ class RecipeAttentionHook(ModelHook):
             out[rows] = ob
         return out
 
+    def segments(self, q: torch.Tensor) -> tuple[int, ...] | None:
+        """The model's RoPE split for a call of q's head size: a family can attend with heads of another size than
+        its RoPE's (SANA-WM's camera attention, audio tracks), and those calls take the recipe's default."""
+        segs = self.rope_segments
+        return segs if segs and sum(segs) == q.shape[-1] else None
+
     def _attend(self, q, k, v, *, attention_type: str, text_tokens: int, scale=None) -> torch.Tensor:
         ctx = self.ctx
         recipe = ctx.recipe
         if not ctx.dispatch.geometry:
             self._count_engine(q, k, None, attention_type)
-            return attend(q, k, v, recipe, layout="BNHD", scale=scale, rope_segments=self.rope_segments)
+            return attend(q, k, v, recipe, layout="BNHD", scale=scale, rope_segments=self.segments(q))
         grid = ctx.grid
         n = q.shape[1]
         if grid is None:
@@ -373,12 +379,12 @@ class RecipeAttentionHook(ModelHook):
         geometry = VideoGeometry(int(grid[0]), int(grid[1]), int(grid[2]), prefix=int(text_tokens))
         self._count_engine(q, k, geometry, attention_type)
         if not text_tokens or self.text == "before":
-            return attend(q, k, v, recipe, layout="BNHD", scale=scale, rope_segments=self.rope_segments,
+            return attend(q, k, v, recipe, layout="BNHD", scale=scale, rope_segments=self.segments(q),
                           geometry=geometry)
         # Text follows the video here; VideoGeometry wants it first.
         front = lambda t: torch.cat([t[:, n - text_tokens:], t[:, : n - text_tokens]], dim=1)
         out = attend(front(q), front(k), front(v), recipe, layout="BNHD", scale=scale,
-                     rope_segments=self.rope_segments, geometry=geometry)
+                     rope_segments=self.segments(q), geometry=geometry)
         return torch.cat([out[:, text_tokens:], out[:, :text_tokens]], dim=1)
 
     def _count_engine(self, q, k, geometry, attention_type: str, return_lse: bool = False) -> None:
@@ -420,7 +426,7 @@ class RecipeAttentionHook(ModelHook):
             info = {
                 "attention_type": self.attention_type, "quantized": quantized, "expert": self.expert,
                 "grid": list(ctx.grid) if ctx.grid else None, "video_tokens": int(qb.shape[1]) - n_text,
-                "text_tokens": n_text, "rope_segments": list(self.rope_segments) if self.rope_segments else None,
+                "text_tokens": n_text, "rope_segments": list(self.segments(qb) or ()) or None,
             }
             cap.save(block=self.block_index, step=tracker.step, num_steps=tracker.num_steps, prompt=prompt,
                      branch=branch, q=qb, k=kb, v=vb, info=info)
