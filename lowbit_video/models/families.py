@@ -29,8 +29,8 @@ see from a call is read here:
   like the modules outside the block lists: Kandinsky 6's audio track (its self-attention, whose tokens are no
   video grid, and the attention between audio and video).
 * `no_grid`: why draft recipes cannot lay this family's self-attention out by the video grid although its patch
-  sizes are known (audio in the same blocks, chunk-causal KV caches, several images of their own sizes); empty
-  where they can.
+  sizes are known (history frames before the grid, chunk-causal KV caches, several images of their own sizes,
+  packed sequences without the grid's size); empty where they can.
 
 A class without a row still gets every recipe that needs no video geometry on the attention of its block lists
 (found as the ModuleList children holding attention modules); what is unknown is said once in `describe`.
@@ -55,7 +55,6 @@ class RopeRule:
     """A RoPE split computed from the size of one attention head: `split(D)`, D from the config by `head_dim`;
     `gate`: the config flag that switches the RoPE on (CogVideoX-2b has none: absolute position embeddings)."""
 
-    name: str
     split: Callable[[int], tuple[int, ...]]
     head_dim: Callable[[Any], int] = lambda config: config.attention_head_dim
     gate: str | None = None
@@ -65,10 +64,10 @@ def _wan_split(d: int) -> tuple[int, ...]:
     return (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6))
 
 
-WAN_SPLIT = RopeRule("Wan", _wan_split)
+WAN_SPLIT = RopeRule(_wan_split)
 # diffusers' get_3d_rotary_pos_embed (CogVideoX, ConsisID, EasyAnimate)
-COGVIDEOX_SPLIT = RopeRule("CogVideoX", lambda d: (d // 4, 3 * (d // 8), 3 * (d // 8)))
-THIRDS = RopeRule("thirds", lambda d: (d // 3,) * 3)  # get_3d_rotary_pos_embed_allegro
+COGVIDEOX_SPLIT = RopeRule(lambda d: (d // 4, 3 * (d // 8), 3 * (d // 8)))
+THIRDS = RopeRule(lambda d: (d // 3,) * 3)  # get_3d_rotary_pos_embed_allegro
 NO_SPLIT = ("no-split",)
 
 
