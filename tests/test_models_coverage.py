@@ -17,6 +17,7 @@ from lowbit_video.models import coverage  # noqa: E402
 from lowbit_video.models.injection import use_recipe  # noqa: E402
 from lowbit_video.models.steps import StepTracker  # noqa: E402
 from lowbit_video.models.tiny_video_cases import CASES, build, video_transformer_classes  # noqa: E402
+from model_helpers import every_call  # noqa: E402
 
 CLASSES = video_transformer_classes()
 
@@ -106,13 +107,9 @@ def test_quantized_calls_equal_the_reference_engine(name, recipe, monkeypatch):
 def test_draft_recipe_on_packed_tokens_takes_the_grid_from_the_call():
     # LTX-Video takes packed tokens; the facts' grid arguments (num_frames, height, width) give the 2 x 8 x 8 grid
     # the draft recipe lays its 64-token blocks out by
-    import dataclasses
-
     from diffusers import LTXVideoTransformer3DModel
 
-    from lowbit_video.recipes import PrecisionPolicy, load_recipe
-
-    recipe = dataclasses.replace(load_recipe("draftattention2"), policy=PrecisionPolicy())  # every block and step
+    recipe = every_call("draftattention2")
     torch.manual_seed(0)
     model = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=64,
                                        cross_attention_dim=128, num_layers=1, caption_channels=16).eval()
@@ -129,14 +126,6 @@ def test_draft_recipe_on_packed_tokens_takes_the_grid_from_the_call():
                 assert handle.context.grid == (2, 8, 8)
     assert handle.calls["quantized"] == 1 and handle.calls["high"] == 1  # self drafted, cross 16-bit
     assert torch.isfinite(out).all() and not torch.equal(out, ref)
-
-
-def _full_policy_draft():
-    import dataclasses
-
-    from lowbit_video.recipes import PrecisionPolicy, load_recipe
-
-    return dataclasses.replace(load_recipe("draftattention2"), policy=PrecisionPolicy())  # every block and step
 
 
 # (class, its tiny case's inputs changed (a dict of inputs, or a function of the latent), the video token grid worked out by hand from that latent and the
@@ -169,7 +158,7 @@ def test_draft_recipe_lays_out_the_grid_of_each_drafted_family(name, change, gri
         ref = model(**inputs)[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with use_recipe(model, _full_policy_draft(), tracker=StepTracker()) as handle:
+            with use_recipe(model, every_call("draftattention2"), tracker=StepTracker()) as handle:
                 out = model(**inputs)[0]
                 assert handle.context.grid == grid
     assert handle.calls["quantized"] == calls and handle.calls["fallback"] == 0

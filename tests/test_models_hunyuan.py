@@ -11,6 +11,7 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 from lowbit_video.models.base import cpu_noise  # noqa: E402
+from model_helpers import every_call  # noqa: E402
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
 from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
@@ -55,12 +56,7 @@ def test_quantized_and_draft_recipes_run_with_the_padding_mask(hy):
     # "<s> a red circle </s>" is 5 of 8 text tokens: the mask pads 3.
     ref = hy.generate(["a red circle"], [0], recipe="fp16", **SMALL)
     for name in ("mxattention", "draftattention2"):
-        import dataclasses
-
-        from lowbit_video.recipes import PrecisionPolicy, load_recipe
-
-        r = dataclasses.replace(load_recipe(name), policy=PrecisionPolicy())
-        out = hy.generate(["a red circle"], [0], recipe=r, **SMALL)
+        out = hy.generate(["a red circle"], [0], recipe=every_call(name), **SMALL)
         assert np.isfinite(out).all() and not np.array_equal(out, ref), name
         s = hy.last_run
         assert s["quantized"] == 2 * 2 and s["fallback"] == 0  # 2 steps x 2 joint blocks, one forward each

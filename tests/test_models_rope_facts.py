@@ -25,6 +25,7 @@ from lowbit_video.models.injection import use_recipe  # noqa: E402
 from lowbit_video.models.steps import StepTracker  # noqa: E402
 from lowbit_video.attention import attend  # noqa: E402
 from lowbit_video.models.tiny_video_cases import build, video_transformer_classes  # noqa: E402
+from model_helpers import every_call  # noqa: E402
 
 # the query projections of diffusers' attention modules (fused QKV included: K and V constant too, which the probe
 # does not read)
@@ -155,14 +156,6 @@ def test_pipeline_built_rope_rules_match_diffusers_tables():
         assert (ct.shape[-1], ch.shape[-1], cw.shape[-1]) == families.THIRDS.split(d)
 
 
-def _every_call(recipe_name):
-    import dataclasses
-
-    from lowbit_video.recipes import PrecisionPolicy, load_recipe
-
-    return dataclasses.replace(load_recipe(recipe_name), policy=PrecisionPolicy())  # every block and step
-
-
 # no softmax self-attention to quantize (tests/test_models_coverage.py LEFT_OUT)
 NOTHING_TO_ROTATE = {"Kandinsky6SRTransformer3DModel", "SanaVideoTransformer3DModel"}
 
@@ -181,7 +174,7 @@ def test_rotateattention_half_takes_each_calls_split(name, monkeypatch):
     model, inputs = build(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with torch.no_grad(), use_recipe(model, _every_call("rotateattention-half"), tracker=StepTracker()) as handle:
+        with torch.no_grad(), use_recipe(model, every_call("rotateattention-half"), tracker=StepTracker()) as handle:
             out = model(**inputs)[0]
     assert handle.calls["quantized"] > 0 and handle.calls["fallback"] == 0
     assert all(torch.isfinite(o).all() for o in (out if isinstance(out, list) else [out]))  # (a list per sample)

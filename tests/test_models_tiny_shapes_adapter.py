@@ -13,6 +13,7 @@ from lowbit_video.errors import UserError  # noqa: E402
 from lowbit_video.models.capture import CaptureSpec, load_capture  # noqa: E402
 from lowbit_video.models.injection import recipe_hooks  # noqa: E402
 from lowbit_video.models.registry import load_model  # noqa: E402
+from model_helpers import every_call  # noqa: E402
 from lowbit_video.models.tiny_shapes.model import WEIGHTS_DIR, TinyShapesModel, tiny_test_config  # noqa: E402
 from lowbit_video.models.tiny_shapes.sample import sample  # noqa: E402
 
@@ -56,12 +57,7 @@ def test_quantized_recipe_changes_output_and_steps_tracked_under_batched_cfg(tin
 
 
 def test_draft_recipe_gets_the_token_grid(tiny):
-    import dataclasses
-
-    from lowbit_video.recipes import PrecisionPolicy, load_recipe
-
-    r = dataclasses.replace(load_recipe("draftattention2"), policy=PrecisionPolicy())
-    out = tiny.generate(PROMPTS[:1], [0], recipe=r, steps=2)
+    out = tiny.generate(PROMPTS[:1], [0], recipe=every_call("draftattention2"), steps=2)
     assert np.isfinite(out).all() and tiny.last_run["quantized"] == 2
 
 

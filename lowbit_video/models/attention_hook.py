@@ -423,10 +423,11 @@ class RecipeAttentionHook(ModelHook):
                 keep = valid[row].nonzero().squeeze(1)
                 qb, kb, vb = qb[:, keep], kb[:, keep], vb[:, keep]
                 n_text = int(valid[row, text].sum()) if text_tokens else 0
+            segs = self.segments(qb)
             info = {
                 "attention_type": self.attention_type, "quantized": quantized, "expert": self.expert,
                 "grid": list(ctx.grid) if ctx.grid else None, "video_tokens": int(qb.shape[1]) - n_text,
-                "text_tokens": n_text, "rope_segments": list(self.segments(qb) or ()) or None,
+                "text_tokens": n_text, "rope_segments": list(segs) if segs else None,
             }
             cap.save(block=self.block_index, step=tracker.step, num_steps=tracker.num_steps, prompt=prompt,
                      branch=branch, q=qb, k=kb, v=vb, info=info)

@@ -330,16 +330,17 @@ def text_position(transformer: torch.nn.Module) -> str | None:
     return facts.text if facts is not None else None
 
 
-def grid_refusal(facts: FamilyFacts | None) -> str:
+def grid_refusal(facts: FamilyFacts | None, text_needed: bool = True) -> str:
     """Why draft recipes, which lay each self/joint call out by the video token grid, cannot run on a family
-    ("" where they can)."""
+    ("" where they can). text_needed=False leaves out the text position, which only joint calls need (the hooks
+    refuse those when they come)."""
     if facts is None:
-        return "no facts row"
+        return "class not in the facts table"
     if facts.no_grid:
         return facts.no_grid
     if facts.patch is None:
         return "patch sizes not in the facts table"
-    if facts.text is None:
+    if text_needed and facts.text is None:
         return "text position in joint attention not in the facts table"
     return ""
 

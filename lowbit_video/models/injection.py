@@ -175,9 +175,8 @@ class RecipeHandle:
 
     def _install_one(self, expert: str, transformer: torch.nn.Module, undo: contextlib.ExitStack) -> None:
         ctx = self.context
-        facts = families.facts_for(transformer)
-        if ctx.dispatch.geometry and (facts is None or facts.patch is None or facts.no_grid):
-            why = facts.no_grid if facts is not None and facts.no_grid else "not in the facts table"
+        why = families.grid_refusal(families.facts_for(transformer), text_needed=False)
+        if ctx.dispatch.geometry and why:
             raise UserError(f"recipe {self.recipe.name!r} lays attention out by the video token grid, which needs "
                             f"the patch sizes and token layout of {type(transformer).__name__}: {why} "
                             "(lowbit_video/models/families.py)")
