@@ -1,5 +1,6 @@
 """StepTracker: the denoising step comes from the scheduler's set_timesteps / step."""
 
+import copy
 import inspect
 
 import pytest
@@ -38,8 +39,41 @@ def test_steps_counted_from_the_scheduler_not_from_calls(make):
         assert tracker.num_steps == 3
     assert seen == [0, 0, 1, 1, 2, 2, 3, 3] + [0, 1, 2]
     assert [i for i, _ in progress] == list(range(1, 8))
-    # restored: the instance has no wrappers left
-    assert "step" not in vars(sched) and "set_timesteps" not in vars(sched)
+    # restored: the instance is of its own class again, with no wrappers left
+    assert type(sched) is type(make()) and "step" not in vars(sched) and "set_timesteps" not in vars(sched)
+
+
+def _steps(sched, n, x):
+    for t in sched.timesteps[:n]:
+        x = sched.step(torch.ones_like(x), t, x, return_dict=False)[0]
+    return x
+
+
+def test_copies_step_themselves_and_the_steps_between_two_forwards_are_one():
+    # A diffusion-forcing loop (SkyReels-V2): the scheduler is set, deep-copied once per latent frame and each copy
+    # set; per denoising step one transformer forward, then every frame's copy steps its own latents.
+    def make():
+        return UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0)
+
+    sched, progress, seen = make(), [], []
+    tracker = StepTracker(on_step=lambda i, n: progress.append((i, n)))
+    with tracker.wrap(sched):
+        sched.set_timesteps(3)
+        copies = [copy.deepcopy(sched) for _ in range(4)]
+        for c in copies:
+            c.set_timesteps(3)
+        xs = [torch.full((1, 2), float(j)) for j in range(4)]
+        for t in copies[0].timesteps:
+            tracker.on_forward()
+            seen.append(tracker.step)
+            xs = [c.step(torch.ones_like(x), t, x, return_dict=False)[0] for c, x in zip(copies, xs)]
+    # each copy stepped its own state: what an untracked scheduler gives for the same three steps
+    for j, x in enumerate(xs):
+        ref = make()
+        ref.set_timesteps(3)
+        assert torch.equal(x, _steps(ref, 3, torch.full((1, 2), float(j))))
+    assert seen == [0, 1, 2] and progress == [(1, 3), (2, 3), (3, 3)] and tracker.loops == 1
+    assert type(sched) is UniPCMultistepScheduler
 
 
 def test_wrapped_set_timesteps_keeps_its_signature():

@@ -2,7 +2,11 @@
 
 `check_pipeline_folder(path, expected_pipelines=..., required=...)` reads model_index.json and
 checks that every component it names has its folder, its config file and (for models) a weights
-file. The first problem found is raised as a UserError naming the path and what is missing, e.g.
+file. What a component's folder holds follows its class: a model (torch module) config.json and
+weights; a diffusers config object (scheduler, guider) the file its class names (`config_name`:
+scheduler_config.json, guider_config.json); a tokenizer its tokenizer files; a processor, image
+processor or feature extractor its preprocessor / processor config or tokenizer files. The first
+problem found is raised as a UserError naming the path and what is missing, e.g.
 
     /x: no such directory
     /x: not a diffusers model folder (no model_index.json)
@@ -21,6 +25,8 @@ from ..errors import UserError
 # Config file per kind of component (by library/class); models also need weights.
 _SCHEDULER_CONFIG = "scheduler_config.json"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spiece.model", "vocab.json", "tokenizer.model")
+# what a processor / image processor / feature extractor folder holds (a processor also its tokenizer's files)
+_PREPROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", *_TOKENIZER_FILES)
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.gguf")
 
 
@@ -55,6 +61,41 @@ def components(index: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _component_class(lib: str, klass: str) -> type | None:
+    """The class model_index.json names (from diffusers or transformers, the libraries pipelines load from), None
+    where it cannot be found here (from_pretrained reports that)."""
+    if lib not in ("diffusers", "transformers"):
+        return None
+    try:
+        import importlib
+
+        cls = getattr(importlib.import_module(lib), klass, None)
+    except (ImportError, RuntimeError):
+        return None
+    return cls if isinstance(cls, type) else None
+
+
+def _kind(lib: str, klass: str) -> tuple[str, tuple[str, ...]]:
+    """("model", ("config.json",)), ("config", (its config file,)) or ("files", (any of these,)) for a component."""
+    cls = _component_class(lib, klass)
+    if cls is not None:
+        import torch
+
+        if issubclass(cls, torch.nn.Module):
+            return "model", ("config.json",)
+        name = getattr(cls, "config_name", None)
+        if lib == "diffusers" and isinstance(name, str):
+            return "config", (name,)
+        mro = {c.__name__ for c in cls.__mro__}
+        if mro & {"ProcessorMixin", "ImageProcessingMixin", "FeatureExtractionMixin", "BaseImageProcessor"}:
+            return "files", _PREPROCESSOR_FILES
+    if "Scheduler" in klass:
+        return "config", (_SCHEDULER_CONFIG,)
+    if "Tokenizer" in klass or klass == "TokenizersBackend":
+        return "files", _TOKENIZER_FILES
+    return "model", ("config.json",)
+
+
 def check_pipeline_folder(path: str | Path, *, expected_pipelines: Iterable[str], required: Iterable[str] = (),
                           model_name: str = "") -> dict[str, Any]:
     """Validate a pipeline folder; returns its model_index.json. Raises UserError (one line)."""
@@ -74,17 +115,16 @@ def check_pipeline_folder(path: str | Path, *, expected_pipelines: Iterable[str]
         where = f"(component '{name}' named in model_index.json)"
         if not folder.is_dir():
             raise UserError(f"{folder}: missing folder {where}")
-        if "Scheduler" in klass:
-            if not (folder / _SCHEDULER_CONFIG).is_file():
-                raise UserError(f"{folder}: no {_SCHEDULER_CONFIG} {where}")
-        elif "Tokenizer" in klass or klass == "TokenizersBackend":
-            if not any((folder / f).is_file() for f in _TOKENIZER_FILES):
-                raise UserError(f"{folder}: no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])}) {where}")
-        else:
-            if not (folder / "config.json").is_file():
-                raise UserError(f"{folder}: no config.json {where}")
-            if not any(any(folder.glob(pat)) for pat in _WEIGHT_PATTERNS):
-                raise UserError(f"{folder}: no weights (*.safetensors or *.bin) {where}")
+        kind, files = _kind(lib, klass)
+        if kind == "files":
+            if not any((folder / f).is_file() for f in files):
+                what = "tokenizer" if files == _TOKENIZER_FILES else "preprocessor"
+                raise UserError(f"{folder}: no {what} files ({', '.join(files[:2])}) {where}")
+            continue
+        if not (folder / files[0]).is_file():
+            raise UserError(f"{folder}: no {files[0]} {where}")
+        if kind == "model" and not any(any(folder.glob(pat)) for pat in _WEIGHT_PATTERNS):
+            raise UserError(f"{folder}: no weights (*.safetensors or *.bin) {where}")
     return index
 
 

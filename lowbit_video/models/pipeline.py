@@ -39,9 +39,10 @@ from .checkpoint import check_pipeline_folder, components, read_model_index
 # Settings -> the pipeline __call__ argument that holds its default.
 CALL_ARGUMENTS = {"steps": "num_inference_steps", "guidance": "guidance_scale", "height": "height", "width": "width",
                   "frames": "num_frames"}
-# The pipeline attributes holding the VAE's compression (CogVideoX/Wan/HunyuanVideo name them one way, LTX another).
-SPATIAL = ("vae_scale_factor_spatial", "vae_spatial_compression_ratio")
-TEMPORAL = ("vae_scale_factor_temporal", "vae_temporal_compression_ratio")
+# The pipeline attributes holding the VAE's compression (CogVideoX/Wan/HunyuanVideo name them one way, LTX and
+# Mochi two others).
+SPATIAL = ("vae_scale_factor_spatial", "vae_spatial_compression_ratio", "vae_spatial_scale_factor")
+TEMPORAL = ("vae_scale_factor_temporal", "vae_temporal_compression_ratio", "vae_temporal_scale_factor")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,14 @@ class PipelineFacts:
     derived: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # or (method, argument paths): the pipeline's own method returning (height, width) when both are None
     size_call: tuple[str, tuple[str, ...]] | None = None
+    frames_argument: str = "num_frames"  # the __call__ argument that takes the frame count (Latte: video_length)
+    # the attribute path of the only frame count the model takes (Latte: its temporal position embedding's length)
+    frames_fixed: str | None = None
+    # __call__ arguments the pipeline needs beyond its defaults (a caller's negative prompt still wins):
+    # EasyAnimate's encode_prompt iterates over the negative prompt under guidance, so None fails there; Sana-Video's
+    # resolution binning (render at the nearest trained size, then resize) off, so that a run renders the size it
+    # records (its 480p bin for a square video, 624 x 624, fails the pipeline's own multiple-of-32 check)
+    call_extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 _COG_SIZE = {"height": ("transformer.config.sample_height", "vae_scale_factor_spatial"),
@@ -65,11 +74,20 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "CogVideoXPipeline": PipelineFacts(frames_form=True,
                                        derived={**_COG_SIZE, "frames": ("transformer.config.sample_frames",)}),
     "LTXPipeline": PipelineFacts(frames_form=True),
-    "AllegroPipeline": PipelineFacts(derived={
+    "AllegroPipeline": PipelineFacts(vae_tiling=True, derived={
         "height": ("transformer.config.sample_height", "vae_scale_factor_spatial"),
         "width": ("transformer.config.sample_width", "vae_scale_factor_spatial"),
         "frames": ("transformer.config.sample_frames", "vae_scale_factor_temporal")}),
-    "MochiPipeline": PipelineFacts(derived={"height": ("default_height",), "width": ("default_width",)}),
+    "MochiPipeline": PipelineFacts(frames_form=True,
+                                   derived={"height": ("default_height",), "width": ("default_width",)}),
+    # the Wan VAE's 4k + 1 frames
+    "SkyReelsV2Pipeline": PipelineFacts(frames_form=True),
+    "SkyReelsV2DiffusionForcingPipeline": PipelineFacts(frames_form=True),
+    "MotifVideoPipeline": PipelineFacts(frames_form=True),
+    "EasyAnimatePipeline": PipelineFacts(call_extra={"negative_prompt": ""}),
+    "SanaVideoPipeline": PipelineFacts(frames_form=True, frames_argument="frames",
+                                       call_extra={"use_resolution_binning": False}),
+    "LattePipeline": PipelineFacts(frames_argument="video_length", frames_fixed="transformer.config.video_length"),
     "HunyuanVideo15Pipeline": PipelineFacts(frames_form=True, size_call=(
         "video_processor.calculate_default_height_width",
         ("default_aspect_ratio[1]", "default_aspect_ratio[0]", "target_size"))),
@@ -100,22 +118,30 @@ def pipeline_class(name: str, where: str) -> type:
     return cls
 
 
+def call_arguments(cls: type) -> dict[str, str]:
+    """setting -> the `cls.__call__` argument that takes it (CALL_ARGUMENTS, with the class's frames argument)."""
+    frames = PIPELINE_FACTS.get(cls.__name__, PipelineFacts()).frames_argument
+    return {**CALL_ARGUMENTS, "frames": frames}
+
+
 def call_defaults(cls: type) -> dict[str, Any]:
     """setting -> the default of its argument in `cls.__call__` (None where it has none, or defaults to None)."""
     params = inspect.signature(cls.__call__).parameters
     out = {}
-    for setting, arg in CALL_ARGUMENTS.items():
+    for setting, arg in call_arguments(cls).items():
         p = params.get(arg)
         out[setting] = None if p is None or p.default is inspect.Parameter.empty else p.default
     return out
 
 
 def check_text_to_video(cls: type, where: str) -> None:
-    """UserError unless `cls.__call__` takes num_frames and a prompt and needs no other input."""
+    """UserError unless `cls.__call__` takes a frame count (num_frames, or the class's `frames_argument`) and a
+    prompt and needs no other input."""
     params = inspect.signature(cls.__call__).parameters
-    if "num_frames" not in params or "prompt" not in params:
+    frames = call_arguments(cls)["frames"]
+    if frames not in params or "prompt" not in params:
         raise UserError(f"{where}: {cls.__name__} is not a text-to-video pipeline (its __call__ takes no "
-                        f"{'num_frames' if 'num_frames' not in params else 'prompt'})")
+                        f"{frames if frames not in params else 'prompt'})")
     needed = [n for n, p in params.items() if n not in ("self", "prompt") and p.default is inspect.Parameter.empty
               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if needed:
@@ -286,6 +312,10 @@ class DiffusersVideoModel(VideoModel):
         if "guidance_scale" not in self._params and s.guidance != self.info.default_guidance:
             raise UserError(f"{self.info.name}: {type(self.pipe).__name__} takes its guidance from its guider "
                             f"({self.info.default_guidance}); leave --guidance out")
+        fixed = _attr(self.pipe, self.facts.frames_fixed) if self.facts.frames_fixed else None
+        if isinstance(fixed, int) and s.frames != fixed:
+            raise UserError(f"{self.info.name}: {type(self.pipe).__name__} generates {fixed} frames "
+                            f"({self.facts.frames_fixed}), got {s.frames}")
         vt, vs = _first_attr(self.pipe, TEMPORAL), _first_attr(self.pipe, SPATIAL)
         if self.facts.frames_form and vt and (s.frames - 1) % vt:
             example = self.info.default_frames if (self.info.default_frames - 1) % vt == 0 else vt * 20 + 1
@@ -303,7 +333,8 @@ class DiffusersVideoModel(VideoModel):
     def call_kwargs(self, prompt: str, seed: int, s: Settings) -> dict[str, Any]:
         """The pipeline call of one prompt: the settings, the seed's CPU generator, and the optional
         arguments this pipeline takes."""
-        kwargs: dict[str, Any] = dict(prompt=prompt, height=s.height, width=s.width, num_frames=s.frames,
+        kwargs: dict[str, Any] = dict(prompt=prompt, height=s.height, width=s.width,
+                                      **{self.facts.frames_argument: s.frames},
                                       num_inference_steps=s.steps, output_type="np",
                                       generator=torch.Generator(device="cpu").manual_seed(int(seed)))
         if "guidance_scale" in self._params:
@@ -312,6 +343,7 @@ class DiffusersVideoModel(VideoModel):
                     "prompt_template": self.prompt_template}
         if getattr(self.pipe, "transformer_2", None) is not None:
             optional["guidance_scale_2"] = self.guidance_2 if self.guidance_2 is not None else s.guidance
+        kwargs.update(self.facts.call_extra)
         kwargs.update({k: v for k, v in optional.items() if v is not None and k in self._params})
         return kwargs
 
@@ -321,7 +353,15 @@ class DiffusersVideoModel(VideoModel):
             ctx.batch_prompts = [i]
             result = self.pipe(**self.call_kwargs(prompt, seed, s))
             frames = getattr(result, "frames", None)
-            outs.append(_frames_array(frames if frames is not None else result[0]))
+            clip = _frames_array(frames if frames is not None else result[0])
+            if clip.shape[1:4] != (s.frames, s.height, s.width):
+                # a pipeline constraint no fact above says (Helios renders whole chunks of frames): nothing is
+                # filed under a size the clip does not have
+                got = dict(zip(("frames", "height", "width"), clip.shape[1:4]))
+                fix = " ".join(f"--{k} {v}" for k, v in got.items() if v != getattr(s, k))
+                raise UserError(f"{self.info.name}: {type(self.pipe).__name__} returned {got['frames']} frames of "
+                                f"{got['height']}x{got['width']} for {s.frames} of {s.height}x{s.width}; pass {fix}")
+            outs.append(clip)
         return np.concatenate(outs)
 
     def _describe_extra(self) -> dict[str, Any]:
@@ -364,5 +404,5 @@ def folder_info(path: str | Path) -> ModelInfo:
                      d["frames"])
 
 
-__all__ = ["CALL_ARGUMENTS", "DiffusersVideoModel", "FolderSpec", "PIPELINE_FACTS", "PipelineFacts", "call_defaults",
-           "check_folder", "check_text_to_video", "folder_info", "folder_mismatch", "pipeline_class", "slug"]
+__all__ = ["CALL_ARGUMENTS", "DiffusersVideoModel", "FolderSpec", "PIPELINE_FACTS", "PipelineFacts", "call_arguments",
+           "call_defaults", "check_folder", "check_text_to_video", "folder_info", "folder_mismatch", "pipeline_class", "slug"]

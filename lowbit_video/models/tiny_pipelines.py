@@ -1,0 +1,235 @@
+"""Tiny random-weight text-to-video pipelines of the diffusers families without a named model, written to a folder.
+
+The same pipeline and component classes as the real checkpoints (diffusers format: `model_index.json`, one
+folder per component), with a few thousand parameters, random weights and the word-level tokenizer of
+tiny_checkpoints.py, so that `generate --model-path DIR` is tested on each family offline. Nothing is downloaded.
+
+    save_tiny_pipeline("mochi", dir)     # MochiPipeline (T5)
+    TINY_PIPELINES                       # name -> builder of the pipeline in memory
+
+Sizes follow diffusers' own fast tests (tests/pipelines/<family>/test_<family>.py) except head_dim: 32 (the MXFP4
+block) where the family allows it, Allegro's 96 (its RoPE splits the head in thirds of even size). The tiny
+Latte's temporal position embedding holds 4 frames (its pipeline's default is 16, so the tiny folder needs
+--frames 4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .tiny_checkpoints import _inference_mode, word_tokenizer
+
+HEAD_DIM = 32
+LATTE_FRAMES = 4
+
+
+def _t5(d_model: int, seed: int):
+    """The word-level tokenizer and a 2-layer T5 encoder over its vocabulary."""
+    from transformers import T5Config, T5EncoderModel
+
+    tokenizer, vocab = word_tokenizer()
+    torch.manual_seed(seed)
+    encoder = T5EncoderModel(T5Config(vocab_size=vocab, d_model=d_model, d_ff=37, d_kv=8, num_heads=2, num_layers=2,
+                                      feed_forward_proj="relu", pad_token_id=0, eos_token_id=1,
+                                      decoder_start_token_id=0))
+    return tokenizer, encoder
+
+
+def _wan_vae():
+    """Wan's VAE (4x8x8), as the SkyReels-V2, Helios, Sana-Video and Motif-Video pipelines use it."""
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                            temperal_downsample=[False, True, True])
+
+
+def tiny_mochi_pipeline(seed: int = 0):
+    from diffusers import AutoencoderKLMochi, FlowMatchEulerDiscreteScheduler, MochiPipeline, MochiTransformer3DModel
+
+    tokenizer, encoder = _t5(32, seed)
+    torch.manual_seed(seed)
+    transformer = MochiTransformer3DModel(patch_size=2, num_attention_heads=2, attention_head_dim=HEAD_DIM,
+                                          num_layers=2, pooled_projection_dim=16, in_channels=12, qk_norm="rms_norm",
+                                          text_embed_dim=32, time_embed_dim=4, activation_fn="swiglu",
+                                          max_sequence_length=16)
+    vae = AutoencoderKLMochi(latent_channels=12, out_channels=3, encoder_block_out_channels=(32,) * 4,
+                             decoder_block_out_channels=(32,) * 4, layers_per_block=(1,) * 5)
+    return MochiPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=encoder,
+                         tokenizer=tokenizer, transformer=transformer)
+
+
+def tiny_allegro_pipeline(seed: int = 0):
+    """Its pipeline computes height, width and frames from the transformer config: 16 x 8, 16 x 8, 6 x 4. Its VAE
+    decodes only tiled, in tiles of 24 frames and sample_size pixels overlapping by 8 frames, 120 and 80 pixels
+    (fixed in the class): sample_size 128 and a 24 x 128 x 128 clip make one tile."""
+    from diffusers import AllegroPipeline, AllegroTransformer3DModel, AutoencoderKLAllegro, DDIMScheduler
+
+    tokenizer, encoder = _t5(24, seed)
+    torch.manual_seed(seed)
+    transformer = AllegroTransformer3DModel(num_attention_heads=2, attention_head_dim=96, in_channels=4,
+                                            out_channels=4, num_layers=1, cross_attention_dim=192, sample_width=16,
+                                            sample_height=16, sample_frames=6, caption_channels=24)
+    vae = AutoencoderKLAllegro(in_channels=3, out_channels=3, down_block_types=("AllegroDownBlock3D",) * 4,
+                               up_block_types=("AllegroUpBlock3D",) * 4, block_out_channels=(8,) * 4,
+                               latent_channels=4, layers_per_block=1, norm_num_groups=2, temporal_compression_ratio=4,
+                               sample_size=128)
+    return AllegroPipeline(tokenizer=tokenizer, text_encoder=encoder, vae=vae, transformer=transformer,
+                           scheduler=DDIMScheduler())
+
+
+def tiny_latte_pipeline(seed: int = 0):
+    from diffusers import AutoencoderKL, DDIMScheduler, LattePipeline, LatteTransformer3DModel
+
+    tokenizer, encoder = _t5(32, seed)
+    torch.manual_seed(seed)
+    transformer = LatteTransformer3DModel(sample_size=8, num_layers=1, patch_size=2, attention_head_dim=HEAD_DIM,
+                                          num_attention_heads=2, caption_channels=32, in_channels=4,
+                                          cross_attention_dim=2 * HEAD_DIM, out_channels=8, attention_bias=True,
+                                          activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
+                                          norm_type="ada_norm_single", norm_elementwise_affine=False, norm_eps=1e-6,
+                                          video_length=LATTE_FRAMES)
+    vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=2, latent_channels=4)
+    return LattePipeline(tokenizer=tokenizer, text_encoder=encoder, vae=vae, transformer=transformer,
+                         scheduler=DDIMScheduler())
+
+
+def _skyreels(pipeline_class: str, seed: int):
+    import diffusers
+    from diffusers import SkyReelsV2Transformer3DModel, UniPCMultistepScheduler
+
+    tokenizer, encoder = _t5(32, seed)
+    torch.manual_seed(seed)
+    vae = _wan_vae()
+    transformer = SkyReelsV2Transformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2,
+                                               attention_head_dim=HEAD_DIM, in_channels=16, out_channels=16,
+                                               text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2,
+                                               cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                               rope_max_seq_len=32)
+    scheduler = UniPCMultistepScheduler(flow_shift=8.0, use_flow_sigmas=True, prediction_type="flow_prediction")
+    return getattr(diffusers, pipeline_class)(tokenizer=tokenizer, text_encoder=encoder, transformer=transformer,
+                                              vae=vae, scheduler=scheduler)
+
+
+def tiny_skyreels_v2_pipeline(seed: int = 0):
+    return _skyreels("SkyReelsV2Pipeline", seed)
+
+
+def tiny_skyreels_v2_df_pipeline(seed: int = 0):
+    """Diffusion forcing: each latent frame denoised on its own copy of the scheduler."""
+    return _skyreels("SkyReelsV2DiffusionForcingPipeline", seed)
+
+
+def tiny_helios_pipeline(seed: int = 0):
+    """Renders whole chunks of (9 - 1) x 4 + 1 = 33 frames (its pipeline's num_latent_frames_per_chunk)."""
+    from diffusers import HeliosPipeline, HeliosScheduler, HeliosTransformer3DModel
+
+    tokenizer, encoder = _t5(32, seed)
+    torch.manual_seed(seed)
+    vae = _wan_vae()
+    transformer = HeliosTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=HEAD_DIM,
+                                           in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
+                                           num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                           rope_dim=(8, 12, 12), has_multi_term_memory_patch=True,
+                                           guidance_cross_attn=True, zero_history_timestep=True,
+                                           is_amplify_history=False)
+    scheduler = HeliosScheduler(stage_range=[0, 1], stages=1, use_dynamic_shifting=True)
+    return HeliosPipeline(tokenizer=tokenizer, text_encoder=encoder, vae=vae, scheduler=scheduler,
+                          transformer=transformer)
+
+
+def tiny_sana_video_pipeline(seed: int = 0):
+    """A Gemma2 text encoder; sample_size 30 is the real 480p model's (the pipeline's resolution bins key on it)."""
+    from diffusers import DPMSolverMultistepScheduler, SanaVideoPipeline, SanaVideoTransformer3DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    tokenizer, vocab = word_tokenizer(bos=True)
+    torch.manual_seed(seed)
+    vae = _wan_vae()
+    encoder = Gemma2Model(Gemma2Config(head_dim=16, hidden_size=8, intermediate_size=64, max_position_embeddings=8192,
+                                       num_attention_heads=2, num_hidden_layers=1, num_key_value_heads=2,
+                                       vocab_size=vocab, attn_implementation="eager", pad_token_id=0, bos_token_id=3,
+                                       eos_token_id=1))
+    transformer = SanaVideoTransformer3DModel(in_channels=16, out_channels=16, num_attention_heads=2,
+                                              attention_head_dim=HEAD_DIM, num_layers=2, num_cross_attention_heads=2,
+                                              cross_attention_head_dim=HEAD_DIM, cross_attention_dim=2 * HEAD_DIM,
+                                              caption_channels=8, mlp_ratio=2.5, attention_bias=False, sample_size=30,
+                                              patch_size=(1, 2, 2), norm_elementwise_affine=False, norm_eps=1e-6,
+                                              qk_norm="rms_norm_across_heads", rope_max_seq_len=32)
+    return SanaVideoPipeline(tokenizer=tokenizer, text_encoder=encoder, vae=vae, transformer=transformer,
+                             scheduler=DPMSolverMultistepScheduler())
+
+
+def tiny_motif_video_pipeline(seed: int = 0):
+    """A T5Gemma2 text encoder; guidance from its guider (AdaptiveProjectedGuidance)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, MotifVideoPipeline, MotifVideoTransformer3DModel
+    from diffusers.guiders import AdaptiveProjectedGuidance
+    from transformers import T5Gemma2Encoder, T5Gemma2EncoderConfig, T5Gemma2TextConfig
+
+    tokenizer, vocab = word_tokenizer()
+    torch.manual_seed(seed)
+    vae = _wan_vae()
+    text = T5Gemma2TextConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                              vocab_size=vocab, max_position_embeddings=128, head_dim=16, num_key_value_heads=2,
+                              dropout_rate=0.0)
+    encoder = T5Gemma2Encoder(T5Gemma2EncoderConfig(text_config=text))
+    transformer = MotifVideoTransformer3DModel(in_channels=33, out_channels=16, num_attention_heads=2,
+                                               attention_head_dim=HEAD_DIM, num_layers=1, num_single_layers=1,
+                                               mlp_ratio=4.0, patch_size=1, patch_size_t=1, qk_norm="rms_norm",
+                                               text_embed_dim=32, rope_axes_dim=(8, 12, 12))
+    return MotifVideoPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), vae=vae, text_encoder=encoder,
+                              tokenizer=tokenizer, transformer=transformer, guider=AdaptiveProjectedGuidance(),
+                              feature_extractor=None)
+
+
+# a chat template for the word-level tokenizer: the message texts, as EasyAnimate's encode_prompt formats them
+_CHAT_TEMPLATE = "{% for m in messages %}{% for c in m['content'] %}{{ c['text'] }} {% endfor %}{% endfor %}"
+
+
+def tiny_easyanimate_pipeline(seed: int = 0):
+    """A Qwen2-VL text encoder (its second-to-last hidden states are the text embedding)."""
+    from diffusers import (AutoencoderKLMagvit, EasyAnimatePipeline, EasyAnimateTransformer3DModel,
+                           FlowMatchEulerDiscreteScheduler)
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    tokenizer, vocab = word_tokenizer()
+    tokenizer.chat_template = _CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    transformer = EasyAnimateTransformer3DModel(num_attention_heads=2, attention_head_dim=HEAD_DIM, in_channels=4,
+                                                out_channels=4, time_embed_dim=2, text_embed_dim=16, num_layers=1,
+                                                sample_width=16, sample_height=16, patch_size=2)
+    vae = AutoencoderKLMagvit(in_channels=3, out_channels=3,
+                              down_block_types=("SpatialDownBlock3D",) + ("SpatialTemporalDownBlock3D",) * 3,
+                              up_block_types=("SpatialUpBlock3D",) + ("SpatialTemporalUpBlock3D",) * 3,
+                              block_out_channels=(8,) * 4, latent_channels=4, layers_per_block=1, norm_num_groups=2,
+                              spatial_group_norm=False)
+    config = Qwen2VLConfig(
+        text_config=dict(vocab_size=vocab, hidden_size=16, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, bos_token_id=3, eos_token_id=1,
+                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
+        vision_config=dict(depth=1, embed_dim=16, hidden_size=16, num_heads=2, in_chans=3, patch_size=2,
+                           spatial_merge_size=1, temporal_patch_size=1),
+        vocab_size=vocab, hidden_size=16, pad_token_id=0)
+    encoder = Qwen2VLForConditionalGeneration(config)
+    return EasyAnimatePipeline(vae=vae, text_encoder=encoder, tokenizer=tokenizer, transformer=transformer,
+                               scheduler=FlowMatchEulerDiscreteScheduler())
+
+
+TINY_PIPELINES: dict[str, Callable[..., object]] = {
+    "mochi": tiny_mochi_pipeline, "allegro": tiny_allegro_pipeline, "latte": tiny_latte_pipeline,
+    "skyreels-v2": tiny_skyreels_v2_pipeline, "skyreels-v2-df": tiny_skyreels_v2_df_pipeline,
+    "helios": tiny_helios_pipeline, "sana-video": tiny_sana_video_pipeline, "motif-video": tiny_motif_video_pipeline,
+    "easyanimate": tiny_easyanimate_pipeline,
+}
+
+
+def save_tiny_pipeline(name: str, path: str | Path, *, seed: int = 0) -> Path:
+    """Write the tiny pipeline `name` (a key of TINY_PIPELINES) to `path` in diffusers format; returns it."""
+    path = Path(path)
+    _inference_mode(TINY_PIPELINES[name](seed)).save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+__all__ = ["LATTE_FRAMES", "TINY_PIPELINES", "save_tiny_pipeline"]
