@@ -217,11 +217,46 @@ def tiny_easyanimate_pipeline(seed: int = 0):
                                scheduler=FlowMatchEulerDiscreteScheduler())
 
 
+def tiny_hunyuan_video15_pipeline(seed: int = 0):
+    """HunyuanVideo-1.5: a Qwen2.5-VL text model and a ByT5 glyph encoder; guidance from its guider. The pipeline
+    drops the first 108 tokens of the chat-formatted prompt (Qwen's system message): the word-level tokenizer's
+    chat template puts 108 <unk> in front of the prompt."""
+    from diffusers import (AutoencoderKLHunyuanVideo15, FlowMatchEulerDiscreteScheduler, HunyuanVideo15Pipeline,
+                           HunyuanVideo15Transformer3DModel)
+    from diffusers.guiders import ClassifierFreeGuidance
+    from transformers import ByT5Tokenizer, Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel, T5Config, T5EncoderModel
+
+    tokenizer, vocab = word_tokenizer()
+    tokenizer.chat_template = ("{{ '<unk> ' * 108 }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                               "{{ m['content'] }}{% endif %}{% endfor %}")
+    tokenizer_2 = ByT5Tokenizer()  # byte-level: no vocabulary file
+    torch.manual_seed(seed)
+    transformer = HunyuanVideo15Transformer3DModel(in_channels=9, out_channels=4, num_attention_heads=2,
+                                                   attention_head_dim=HEAD_DIM, num_layers=1, num_refiner_layers=1,
+                                                   mlp_ratio=2.0, patch_size=1, patch_size_t=1, text_embed_dim=16,
+                                                   text_embed_2_dim=32, image_embed_dim=12, rope_axes_dim=(8, 12, 12),
+                                                   target_size=16, task_type="t2v")
+    vae = AutoencoderKLHunyuanVideo15(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16),
+                                      layers_per_block=1, spatial_compression_ratio=4, temporal_compression_ratio=2,
+                                      downsample_match_channel=False, upsample_match_channel=False)
+    encoder = Qwen2_5_VLTextModel(Qwen2_5_VLTextConfig(
+        hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+        vocab_size=vocab, bos_token_id=3, eos_token_id=1, rope_theta=1e6,
+        rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}))
+    encoder_2 = T5EncoderModel(T5Config(vocab_size=tokenizer_2.vocab_size, d_model=32, d_ff=37, d_kv=8, num_heads=2,
+                                        num_layers=2, feed_forward_proj="relu", pad_token_id=0, eos_token_id=1,
+                                        decoder_start_token_id=0))
+    return HunyuanVideo15Pipeline(transformer=transformer, vae=vae,
+                                  scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder=encoder,
+                                  text_encoder_2=encoder_2, tokenizer=tokenizer, tokenizer_2=tokenizer_2,
+                                  guider=ClassifierFreeGuidance(guidance_scale=6.0))
+
+
 TINY_PIPELINES: dict[str, Callable[..., object]] = {
     "mochi": tiny_mochi_pipeline, "allegro": tiny_allegro_pipeline, "latte": tiny_latte_pipeline,
     "skyreels-v2": tiny_skyreels_v2_pipeline, "skyreels-v2-df": tiny_skyreels_v2_df_pipeline,
     "helios": tiny_helios_pipeline, "sana-video": tiny_sana_video_pipeline, "motif-video": tiny_motif_video_pipeline,
-    "easyanimate": tiny_easyanimate_pipeline,
+    "easyanimate": tiny_easyanimate_pipeline, "hunyuanvideo-1.5": tiny_hunyuan_video15_pipeline,
 }
 
 
