@@ -39,6 +39,7 @@ CASES = {
     # its encode_prompt iterates over the negative prompt under guidance: None fails there
     "easyanimate": ("EasyAnimatePipeline", (9, 32, 32), "num_frames", {"negative_prompt": ""}, (9, 32, 32)),
     "hunyuanvideo-1.5": ("HunyuanVideo15Pipeline", (9, 32, 32), "num_frames", {}, (9, 32, 32)),  # VAE 2x4x4
+    "kandinsky5": ("Kandinsky5T2VPipeline", (5, 32, 32), "num_frames", {}, (5, 32, 32)),
 }
 
 

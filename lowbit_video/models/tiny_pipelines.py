@@ -252,11 +252,70 @@ def tiny_hunyuan_video15_pipeline(seed: int = 0):
                                   guider=ClassifierFreeGuidance(guidance_scale=6.0))
 
 
+def char_tokenizer():
+    """A character-level fast tokenizer over printable ASCII (one token per character, `</s>` appended), built
+    offline; returns (tokenizer, vocabulary size). For pipelines that drop a fixed number of tokens of a prompt
+    template, more than the word-level tokenizer makes of it."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "</s>", "<unk>", "<s>"]
+    vocab = {w: i for i, w in enumerate(specials + [chr(c) for c in range(32, 127)] + ["\n"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", vocab["</s>"])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   bos_token="<s>")
+    return fast, len(vocab)
+
+
+def tiny_kandinsky5_pipeline(seed: int = 0):
+    """Kandinsky 5 T2V: a Qwen2.5-VL text encoder (its processor's tokenizer stands in as a character-level one: the
+    pipeline drops the first 128 tokens of its prompt template) and a CLIP text model; HunyuanVideo's VAE."""
+    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler, Kandinsky5T2VPipeline,
+                           Kandinsky5Transformer3DModel)
+    from transformers import CLIPTextConfig, CLIPTextModel, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer, vocab = char_tokenizer()
+    tokenizer_2, vocab_2 = word_tokenizer(bos=True)
+    torch.manual_seed(seed)
+    vae = AutoencoderKLHunyuanVideo(act_fn="silu", block_out_channels=[8] * 4,
+                                    down_block_types=["HunyuanVideoDownBlock3D"] * 4,
+                                    up_block_types=["HunyuanVideoUpBlock3D"] * 4, in_channels=3, latent_channels=16,
+                                    layers_per_block=1, mid_block_add_attention=False, norm_num_groups=4,
+                                    out_channels=3, scaling_factor=0.476986, spatial_compression_ratio=8,
+                                    temporal_compression_ratio=4)
+    encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config={"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                     "num_key_value_heads": 2, "vocab_size": vocab, "bos_token_id": 3, "eos_token_id": 1,
+                     "rope_theta": 1e6,
+                     "rope_scaling": {"mrope_section": [2, 2, 4], "rope_type": "default", "type": "default"}},
+        vision_config={"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32},
+        hidden_size=32, vocab_size=vocab))
+    encoder_2 = CLIPTextModel(CLIPTextConfig(bos_token_id=3, eos_token_id=1, pad_token_id=0, hidden_size=16,
+                                             intermediate_size=16, num_attention_heads=2, num_hidden_layers=2,
+                                             vocab_size=vocab_2, projection_dim=16))
+    transformer = Kandinsky5Transformer3DModel(in_visual_dim=16, in_text_dim=32, in_text_dim2=16, time_dim=16,
+                                               out_visual_dim=16, patch_size=(1, 2, 2), model_dim=2 * HEAD_DIM,
+                                               ff_dim=32, num_text_blocks=1, num_visual_blocks=2, axes_dims=(8, 12, 12),
+                                               visual_cond=False, attention_type="regular")
+    # its modulation layers start at zero (every block's gates 0: attention would not reach the output); trained
+    # weights are not zero
+    with torch.no_grad():
+        for p in transformer.parameters():
+            if not p.any():
+                p.normal_(0.0, 0.1)
+    return Kandinsky5T2VPipeline(vae=vae, text_encoder=encoder, tokenizer=tokenizer, text_encoder_2=encoder_2,
+                                 tokenizer_2=tokenizer_2, transformer=transformer,
+                                 scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+
 TINY_PIPELINES: dict[str, Callable[..., object]] = {
     "mochi": tiny_mochi_pipeline, "allegro": tiny_allegro_pipeline, "latte": tiny_latte_pipeline,
     "skyreels-v2": tiny_skyreels_v2_pipeline, "skyreels-v2-df": tiny_skyreels_v2_df_pipeline,
     "helios": tiny_helios_pipeline, "sana-video": tiny_sana_video_pipeline, "motif-video": tiny_motif_video_pipeline,
     "easyanimate": tiny_easyanimate_pipeline, "hunyuanvideo-1.5": tiny_hunyuan_video15_pipeline,
+    "kandinsky5": tiny_kandinsky5_pipeline,
 }
 
 
