@@ -70,6 +70,14 @@ def tiny_wan_transformer_config(**overrides) -> dict:
     return cfg
 
 
+def tiny_wan_vae():
+    """Wan's VAE (4x8x8, 16 latent channels), tiny; also the VAE of SkyReels-V2, Helios, Sana-Video, Motif-Video."""
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                            temperal_downsample=[False, True, True])
+
+
 def tiny_wan_pipeline(*, two_experts: bool = False, ti2v: bool = False, seed: int = 0):
     """A WanPipeline with tiny random components (in memory)."""
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
@@ -88,8 +96,7 @@ def tiny_wan_pipeline(*, two_experts: bool = False, ti2v: bool = False, seed: in
                                out_channels=12, patch_size=2, scale_factor_spatial=16,
                                latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
     else:
-        vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                               temperal_downsample=[False, True, True])
+        vae = tiny_wan_vae()
     tokenizer, vocab_size = word_tokenizer()
     text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=vocab_size, d_model=32, d_ff=37, d_kv=8, num_heads=4,
                                                num_layers=2, feed_forward_proj="relu", pad_token_id=0,
@@ -168,13 +175,13 @@ def save_tiny_hunyuan(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
-def _tiny_t5(seed: int):
-    """A word-level tokenizer and a 2-layer T5 encoder over its vocabulary (d_model 16)."""
+def tiny_t5(seed: int, d_model: int = 16):
+    """A word-level tokenizer and a 2-layer T5 encoder over its vocabulary."""
     from transformers import T5Config, T5EncoderModel
 
     tokenizer, vocab = word_tokenizer()
     torch.manual_seed(seed)
-    encoder = T5EncoderModel(T5Config(vocab_size=vocab, d_model=16, d_ff=37, d_kv=8, num_heads=2, num_layers=2,
+    encoder = T5EncoderModel(T5Config(vocab_size=vocab, d_model=d_model, d_ff=37, d_kv=8, num_heads=2, num_layers=2,
                                       feed_forward_proj="relu", pad_token_id=0, eos_token_id=1,
                                       decoder_start_token_id=0))
     return tokenizer, encoder
@@ -190,7 +197,7 @@ def tiny_cogvideox_pipeline(*, seed: int = 0):
     """A CogVideoXPipeline with tiny random components (in memory)."""
     from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline, CogVideoXTransformer3DModel
 
-    tokenizer, text_encoder = _tiny_t5(seed)
+    tokenizer, text_encoder = tiny_t5(seed)
     torch.manual_seed(seed)
     transformer = CogVideoXTransformer3DModel(
         num_attention_heads=2, attention_head_dim=HEAD_DIM, in_channels=4, out_channels=4, time_embed_dim=4,
@@ -208,7 +215,7 @@ def tiny_ltx_pipeline(*, seed: int = 0):
     """An LTXPipeline with tiny random components (in memory): VAE 4x4x4 (two scaling stages), patch 1."""
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline, LTXVideoTransformer3DModel
 
-    tokenizer, text_encoder = _tiny_t5(seed)
+    tokenizer, text_encoder = tiny_t5(seed)
     torch.manual_seed(seed)
     transformer = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1,
                                              num_attention_heads=2, attention_head_dim=HEAD_DIM,
@@ -240,6 +247,6 @@ def save_tiny_ltx(path: str | Path, *, seed: int = 0) -> Path:
 
 
 __all__ = ["save_tiny_cogvideox", "save_tiny_hunyuan", "save_tiny_ltx", "save_tiny_wan", "tiny_cogvideox_pipeline",
-           "tiny_hunyuan_pipeline", "tiny_hunyuan_transformer_config", "tiny_ltx_pipeline",
+           "tiny_hunyuan_pipeline", "tiny_hunyuan_transformer_config", "tiny_ltx_pipeline", "tiny_t5", "tiny_wan_vae",
            "tiny_wan_pipeline", "tiny_wan_transformer_config",
            "word_tokenizer"]

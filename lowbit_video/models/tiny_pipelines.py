@@ -20,36 +20,16 @@ from typing import Callable
 
 import torch
 
-from .tiny_checkpoints import _inference_mode, word_tokenizer
+from .tiny_checkpoints import _inference_mode, tiny_t5, tiny_wan_vae, word_tokenizer
 
 HEAD_DIM = 32
 LATTE_FRAMES = 4
 
 
-def _t5(d_model: int, seed: int):
-    """The word-level tokenizer and a 2-layer T5 encoder over its vocabulary."""
-    from transformers import T5Config, T5EncoderModel
-
-    tokenizer, vocab = word_tokenizer()
-    torch.manual_seed(seed)
-    encoder = T5EncoderModel(T5Config(vocab_size=vocab, d_model=d_model, d_ff=37, d_kv=8, num_heads=2, num_layers=2,
-                                      feed_forward_proj="relu", pad_token_id=0, eos_token_id=1,
-                                      decoder_start_token_id=0))
-    return tokenizer, encoder
-
-
-def _wan_vae():
-    """Wan's VAE (4x8x8), as the SkyReels-V2, Helios, Sana-Video and Motif-Video pipelines use it."""
-    from diffusers import AutoencoderKLWan
-
-    return AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                            temperal_downsample=[False, True, True])
-
-
 def tiny_mochi_pipeline(seed: int = 0):
     from diffusers import AutoencoderKLMochi, FlowMatchEulerDiscreteScheduler, MochiPipeline, MochiTransformer3DModel
 
-    tokenizer, encoder = _t5(32, seed)
+    tokenizer, encoder = tiny_t5(seed, 32)
     torch.manual_seed(seed)
     transformer = MochiTransformer3DModel(patch_size=2, num_attention_heads=2, attention_head_dim=HEAD_DIM,
                                           num_layers=2, pooled_projection_dim=16, in_channels=12, qk_norm="rms_norm",
@@ -67,7 +47,7 @@ def tiny_allegro_pipeline(seed: int = 0):
     (fixed in the class): sample_size 128 and a 24 x 128 x 128 clip make one tile."""
     from diffusers import AllegroPipeline, AllegroTransformer3DModel, AutoencoderKLAllegro, DDIMScheduler
 
-    tokenizer, encoder = _t5(24, seed)
+    tokenizer, encoder = tiny_t5(seed, 24)
     torch.manual_seed(seed)
     transformer = AllegroTransformer3DModel(num_attention_heads=2, attention_head_dim=96, in_channels=4,
                                             out_channels=4, num_layers=1, cross_attention_dim=192, sample_width=16,
@@ -83,7 +63,7 @@ def tiny_allegro_pipeline(seed: int = 0):
 def tiny_latte_pipeline(seed: int = 0):
     from diffusers import AutoencoderKL, DDIMScheduler, LattePipeline, LatteTransformer3DModel
 
-    tokenizer, encoder = _t5(32, seed)
+    tokenizer, encoder = tiny_t5(seed, 32)
     torch.manual_seed(seed)
     transformer = LatteTransformer3DModel(sample_size=8, num_layers=1, patch_size=2, attention_head_dim=HEAD_DIM,
                                           num_attention_heads=2, caption_channels=32, in_channels=4,
@@ -100,9 +80,9 @@ def _skyreels(pipeline_class: str, seed: int):
     import diffusers
     from diffusers import SkyReelsV2Transformer3DModel, UniPCMultistepScheduler
 
-    tokenizer, encoder = _t5(32, seed)
+    tokenizer, encoder = tiny_t5(seed, 32)
     torch.manual_seed(seed)
-    vae = _wan_vae()
+    vae = tiny_wan_vae()
     transformer = SkyReelsV2Transformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2,
                                                attention_head_dim=HEAD_DIM, in_channels=16, out_channels=16,
                                                text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2,
@@ -126,9 +106,9 @@ def tiny_helios_pipeline(seed: int = 0):
     """Renders whole chunks of (9 - 1) x 4 + 1 = 33 frames (its pipeline's num_latent_frames_per_chunk)."""
     from diffusers import HeliosPipeline, HeliosScheduler, HeliosTransformer3DModel
 
-    tokenizer, encoder = _t5(32, seed)
+    tokenizer, encoder = tiny_t5(seed, 32)
     torch.manual_seed(seed)
-    vae = _wan_vae()
+    vae = tiny_wan_vae()
     transformer = HeliosTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=HEAD_DIM,
                                            in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
                                            num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
@@ -147,7 +127,7 @@ def tiny_sana_video_pipeline(seed: int = 0):
 
     tokenizer, vocab = word_tokenizer(bos=True)
     torch.manual_seed(seed)
-    vae = _wan_vae()
+    vae = tiny_wan_vae()
     encoder = Gemma2Model(Gemma2Config(head_dim=16, hidden_size=8, intermediate_size=64, max_position_embeddings=8192,
                                        num_attention_heads=2, num_hidden_layers=1, num_key_value_heads=2,
                                        vocab_size=vocab, attn_implementation="eager", pad_token_id=0, bos_token_id=3,
@@ -170,7 +150,7 @@ def tiny_motif_video_pipeline(seed: int = 0):
 
     tokenizer, vocab = word_tokenizer()
     torch.manual_seed(seed)
-    vae = _wan_vae()
+    vae = tiny_wan_vae()
     text = T5Gemma2TextConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                               vocab_size=vocab, max_position_embeddings=128, head_dim=16, num_key_value_heads=2,
                               dropout_rate=0.0)
