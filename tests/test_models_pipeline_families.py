@@ -40,6 +40,7 @@ CASES = {
     "easyanimate": ("EasyAnimatePipeline", (9, 32, 32), "num_frames", {"negative_prompt": ""}, (9, 32, 32)),
     "hunyuanvideo-1.5": ("HunyuanVideo15Pipeline", (9, 32, 32), "num_frames", {}, (9, 32, 32)),  # VAE 2x4x4
     "kandinsky5": ("Kandinsky5T2VPipeline", (5, 32, 32), "num_frames", {}, (5, 32, 32)),
+    "ltx2": ("LTX2Pipeline", (9, 32, 32), "num_frames", {}, (9, 32, 32)),  # the video of its audio and video
 }
 
 

@@ -290,12 +290,64 @@ def tiny_kandinsky5_pipeline(seed: int = 0):
                                  scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
 
 
+def tiny_ltx2_pipeline(seed: int = 0):
+    """LTX-2: audio and video in one transformer, a Gemma 3 text encoder (with its vision tower, unused by text
+    prompts) feeding the text connectors, the audio VAE and vocoder; one latent channel group per modality."""
+    from diffusers import (AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video, FlowMatchEulerDiscreteScheduler,
+                           LTX2Pipeline, LTX2VideoTransformer3DModel)
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors, LTX2Vocoder
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    tokenizer, vocab = word_tokenizer(bos=True)
+    torch.manual_seed(seed)
+    hidden, layers = 32, 2  # the connectors' 4 heads x 8 read the text model's hidden states of every layer
+    encoder = Gemma3ForConditionalGeneration(Gemma3Config(
+        text_config=dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, pad_token_id=0, bos_token_id=3,
+                         eos_token_id=1, sliding_window=8),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        mm_tokens_per_image=4, boi_token_index=3, eoi_token_index=3, image_token_index=2, pad_token_id=0))
+    transformer = LTX2VideoTransformer3DModel(in_channels=4, out_channels=4, patch_size=1, patch_size_t=1,
+                                              num_attention_heads=2, attention_head_dim=HEAD_DIM,
+                                              cross_attention_dim=2 * HEAD_DIM, audio_in_channels=4,
+                                              audio_out_channels=4, audio_num_attention_heads=2,
+                                              audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=2,
+                                              qk_norm="rms_norm_across_heads", caption_channels=hidden,
+                                              rope_double_precision=False, rope_type="split")
+    connectors = LTX2TextConnectors(caption_channels=hidden, text_proj_in_factor=layers + 1,
+                                    video_connector_num_attention_heads=4, video_connector_attention_head_dim=8,
+                                    video_connector_num_layers=1, video_connector_num_learnable_registers=None,
+                                    audio_connector_num_attention_heads=4, audio_connector_attention_head_dim=8,
+                                    audio_connector_num_layers=1, audio_connector_num_learnable_registers=None,
+                                    connector_rope_base_seq_len=32, rope_theta=10000.0, rope_double_precision=False,
+                                    causal_temporal_positioning=False, rope_type="split")
+    vae = AutoencoderKLLTX2Video(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,),
+                                 decoder_block_out_channels=(8,), layers_per_block=(1,), decoder_layers_per_block=(1, 1),
+                                 spatio_temporal_scaling=(True,), decoder_spatio_temporal_scaling=(True,),
+                                 decoder_inject_noise=(False, False), downsample_type=("spatial",),
+                                 upsample_residual=(False,), upsample_factor=(1,), timestep_conditioning=False,
+                                 patch_size=1, patch_size_t=1, encoder_causal=True, decoder_causal=False)
+    audio_vae = AutoencoderKLLTX2Audio(base_channels=4, output_channels=2, ch_mult=(1,), num_res_blocks=1,
+                                       attn_resolutions=None, in_channels=2, resolution=32, latent_channels=2,
+                                       norm_type="pixel", causality_axis="height", dropout=0.0,
+                                       mid_block_add_attention=False, sample_rate=16000, mel_hop_length=160,
+                                       is_causal=True, mel_bins=8)
+    vocoder = LTX2Vocoder(in_channels=2 * 8, hidden_channels=32, out_channels=2, upsample_kernel_sizes=[4, 4],
+                          upsample_factors=[2, 2], resnet_kernel_sizes=[3], resnet_dilations=[[1, 3, 5]],
+                          leaky_relu_negative_slope=0.1, output_sampling_rate=16000)
+    return LTX2Pipeline(transformer=transformer, vae=vae, audio_vae=audio_vae,
+                        scheduler=FlowMatchEulerDiscreteScheduler(), text_encoder=encoder, tokenizer=tokenizer,
+                        connectors=connectors, vocoder=vocoder, processor=None, prompt_enhancer=None,
+                        duration_head=None)
+
+
 TINY_PIPELINES: dict[str, Callable[..., object]] = {
     "mochi": tiny_mochi_pipeline, "allegro": tiny_allegro_pipeline, "latte": tiny_latte_pipeline,
     "skyreels-v2": tiny_skyreels_v2_pipeline, "skyreels-v2-df": tiny_skyreels_v2_df_pipeline,
     "helios": tiny_helios_pipeline, "sana-video": tiny_sana_video_pipeline, "motif-video": tiny_motif_video_pipeline,
     "easyanimate": tiny_easyanimate_pipeline, "hunyuanvideo-1.5": tiny_hunyuan_video15_pipeline,
-    "kandinsky5": tiny_kandinsky5_pipeline,
+    "kandinsky5": tiny_kandinsky5_pipeline, "ltx2": tiny_ltx2_pipeline,
 }
 
 
