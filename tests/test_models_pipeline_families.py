@@ -140,6 +140,9 @@ def _one_error_line(res):
     ("latte", None, f"LattePipeline generates {LATTE_FRAMES} frames (transformer.config.video_length), got 16"),
     ("mochi", (9, 32, 32), "frames must be 6k + 1 (e.g. 19), got 9"),
     ("sana-video", (10, 32, 32), "frames must be 4k + 1"),
+    ("ltx2", (10, 32, 32), "frames must be"),
+    ("kandinsky5", (10, 32, 32), "frames must be 4k + 1"),
+    ("easyanimate", (10, 32, 32), "frames must be"),
 ])
 def test_a_frame_count_the_family_cannot_render_is_one_line_before_any_run(folders, tmp_path, name, size, needle):
     res = _generate(folders[name], tmp_path / "runs", size, "fp16")

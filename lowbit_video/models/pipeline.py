@@ -84,7 +84,9 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "SkyReelsV2Pipeline": PipelineFacts(frames_form=True),
     "SkyReelsV2DiffusionForcingPipeline": PipelineFacts(frames_form=True),
     "MotifVideoPipeline": PipelineFacts(frames_form=True),
-    "EasyAnimatePipeline": PipelineFacts(call_extra={"negative_prompt": ""}),
+    "EasyAnimatePipeline": PipelineFacts(frames_form=True, call_extra={"negative_prompt": ""}),
+    "Kandinsky5T2VPipeline": PipelineFacts(frames_form=True),
+    "LTX2Pipeline": PipelineFacts(frames_form=True),
     "SanaVideoPipeline": PipelineFacts(frames_form=True, frames_argument="frames",
                                        call_extra={"use_resolution_binning": False}),
     "LattePipeline": PipelineFacts(frames_argument="video_length", frames_fixed="transformer.config.video_length"),
@@ -318,7 +320,8 @@ class DiffusersVideoModel(VideoModel):
                             f"({self.facts.frames_fixed}), got {s.frames}")
         vt, vs = _first_attr(self.pipe, TEMPORAL), _first_attr(self.pipe, SPATIAL)
         if self.facts.frames_form and vt and (s.frames - 1) % vt:
-            example = self.info.default_frames if (self.info.default_frames - 1) % vt == 0 else vt * 20 + 1
+            default = self.info.default_frames  # None where the pipeline computes it (LTX-2's duration head)
+            example = default if default is not None and (default - 1) % vt == 0 else vt * 20 + 1
             raise UserError(f"{self.info.name}: frames must be {vt}k + 1 (e.g. {example}), got {s.frames}")
         if vs:
             from .families import patch_sizes
