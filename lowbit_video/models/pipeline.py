@@ -408,4 +408,5 @@ def folder_info(path: str | Path) -> ModelInfo:
 
 
 __all__ = ["CALL_ARGUMENTS", "DiffusersVideoModel", "FolderSpec", "PIPELINE_FACTS", "PipelineFacts", "call_arguments",
-           "call_defaults", "check_folder", "check_text_to_video", "folder_info", "folder_mismatch", "pipeline_class", "slug"]
+           "call_defaults", "check_folder", "check_text_to_video", "folder_info", "folder_mismatch", "pipeline_class",
+           "slug"]

@@ -323,7 +323,8 @@ def tiny_ltx2_pipeline(seed: int = 0):
                                     connector_rope_base_seq_len=32, rope_theta=10000.0, rope_double_precision=False,
                                     causal_temporal_positioning=False, rope_type="split")
     vae = AutoencoderKLLTX2Video(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,),
-                                 decoder_block_out_channels=(8,), layers_per_block=(1,), decoder_layers_per_block=(1, 1),
+                                 decoder_block_out_channels=(8,), layers_per_block=(1,),
+                                 decoder_layers_per_block=(1, 1),
                                  spatio_temporal_scaling=(True,), decoder_spatio_temporal_scaling=(True,),
                                  decoder_inject_noise=(False, False), downsample_type=("spatial",),
                                  upsample_residual=(False,), upsample_factor=(1,), timestep_conditioning=False,
