@@ -167,3 +167,19 @@ def test_a_guider_component_needs_its_guider_config(folders, tmp_path):
     res = _generate(d, tmp_path / "runs", (9, 32, 32), "fp16")
     assert _one_error_line(res) == (f"error: {d / 'guider'}: no guider_config.json (component 'guider' named in "
                                     "model_index.json)")
+
+
+def test_a_package_the_pipeline_needs_to_load_is_one_line(folders, tmp_path, monkeypatch):
+    # Cosmos's pipelines build NVIDIA's safety checker at load and raise ImportError without its package
+    import diffusers
+
+    def needs_guardrail(*args, **kwargs):
+        raise ImportError("`cosmos_guardrail` is not installed. Please install it to use the safety checker for "
+                          "Cosmos: `pip install cosmos_guardrail`.")
+
+    monkeypatch.setattr(diffusers.MochiPipeline, "from_pretrained", needs_guardrail)
+    res = _generate(folders["mochi"], tmp_path / "runs", (7, 32, 32), "fp16")
+    assert _one_error_line(res) == (f"error: {folders['mochi']}: cannot load mochi (`cosmos_guardrail` is not "
+                                    "installed. Please install it to use the safety checker for Cosmos: "
+                                    "`pip install cosmos_guardrail`.)")
+    assert not (tmp_path / "runs").exists()

@@ -263,7 +263,8 @@ class DiffusersVideoModel(VideoModel):
                 extra["vae"] = getattr(diffusers, vae[1]).from_pretrained(path, subfolder="vae", local_files_only=True,
                                                                           **dtype_kwargs(torch.float32))
             pipe = klass.from_pretrained(path, local_files_only=True, **dtype_kwargs(dtype), **extra)
-        except (OSError, ValueError, EnvironmentError, AttributeError) as e:
+        except (OSError, ValueError, EnvironmentError, AttributeError, ImportError) as e:
+            # ImportError: a package the pipeline needs to load (Cosmos's cosmos_guardrail safety checker)
             raise UserError(f"{path}: cannot load {info.name} ({str(e).splitlines()[0]})") from None
         pipe.to(device)
         if facts.vae_tiling:
