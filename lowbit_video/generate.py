@@ -113,6 +113,7 @@ class GenerateConfig:
     frames: int | None = None
     out: str | os.PathLike = DEFAULT_OUT
     model_path: str | None = None
+    image: str | None = None                     # an image-to-video pipeline folder's conditioning image (a file)
     device: str = "auto"                         # devices.resolve_device: CUDA when torch sees a GPU, else the CPU
     batch: int | None = None                     # seeds per model call (None: 1; see the module doc)
     capture_dir: str | None = None
@@ -307,6 +308,15 @@ def settle_from_model(res: Resolved, model: Any) -> None:
         setattr(res, key, getattr(s, key))
 
 
+def conditioning_image(cfg: GenerateConfig):
+    """cfg.image read and named by its content (models/image_input.py), None without one."""
+    if cfg.image is None:
+        return None
+    from .models.image_input import read_image
+
+    return read_image(cfg.image)
+
+
 def resolve(cfg: GenerateConfig) -> Resolved:
     """Check everything that can be checked without loading the model; plan the grid."""
     reg = _registry()
@@ -318,13 +328,17 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     folder = cfg.model is None and cfg.model_path is not None
     # UserError naming the known models (also for an empty --model)
     info = None if folder else reg.get_model_info(DEFAULT_MODEL if cfg.model is None else cfg.model)
+    if cfg.image is not None and not folder:
+        raise UserError("--image conditions an image-to-video pipeline folder: pass --model-path DIR without "
+                        f"--model ({info.name} generates from text)")
     if cfg.model_path is not None:
         if not Path(cfg.model_path).is_dir():
             why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"
             raise UserError(f"--model-path {cfg.model_path}: {why} ("
                             f"{info.name + ' loads' if info else 'pass'} a diffusers-format checkpoint folder from disk)")
         if folder:
-            info = reg.folder_info(cfg.model_path)  # named after its pipeline class, with its __call__ defaults
+            # named after its pipeline class (and its conditioning image), with its __call__ defaults
+            info = reg.folder_info(cfg.model_path, conditioning_image(cfg))
         else:
             reg.check_model_folder(info.name, cfg.model_path)  # a folder of another model: before anything is written
     elif getattr(info, "needs_path", False):
@@ -706,7 +720,7 @@ def _load(model: Any, res: Resolved, cfg: GenerateConfig, device: str, rep: Repo
     t0 = time.perf_counter()
     # a folder run without --model loads as its pipeline class (registry.load_model(None, ...))
     name = None if cfg.model is None and cfg.model_path is not None else res.info.name
-    model = _registry().load_model(name, path=cfg.model_path, device=device)
+    model = _registry().load_model(name, path=cfg.model_path, device=device, image=conditioning_image(cfg))
     load_s = time.perf_counter() - t0
     rep.loaded(res.info.name, load_s)
     return model, load_s

@@ -35,6 +35,7 @@ import torch
 from ..errors import UserError
 from .base import ModelInfo, Settings, VideoModel, dtype_kwargs, pipeline_dtype, quiet_progress
 from .checkpoint import check_pipeline_folder, components, read_model_index
+from .image_input import ConditioningImage
 
 # Settings -> the pipeline __call__ argument that holds its default.
 CALL_ARGUMENTS = {"steps": "num_inference_steps", "guidance": "guidance_scale", "height": "height", "width": "width",
@@ -64,16 +65,21 @@ class PipelineFacts:
     # resolution binning (render at the nearest trained size, then resize) off, so that a run renders the size it
     # records (its 480p bin for a square video, 624 x 624, fails the pipeline's own multiple-of-32 check)
     call_extra: Mapping[str, Any] = field(default_factory=dict)
+    # an image-to-video pipeline whose __call__ gives `image` a default it cannot run with (LTX-Video's)
+    image_required: bool = False
 
 
 _COG_SIZE = {"height": ("transformer.config.sample_height", "vae_scale_factor_spatial"),
              "width": ("transformer.config.sample_width", "vae_scale_factor_spatial")}
 PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "WanPipeline": PipelineFacts(vae_float32=True, frames_form=True),
+    "WanImageToVideoPipeline": PipelineFacts(vae_float32=True, frames_form=True),
     "HunyuanVideoPipeline": PipelineFacts(vae_tiling=True, frames_form=True),
     "CogVideoXPipeline": PipelineFacts(frames_form=True,
                                        derived={**_COG_SIZE, "frames": ("transformer.config.sample_frames",)}),
     "LTXPipeline": PipelineFacts(frames_form=True),
+    "LTXImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
+    "LTX2ImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
     "AllegroPipeline": PipelineFacts(vae_tiling=True, derived={
         "height": ("transformer.config.sample_height", "vae_scale_factor_spatial"),
         "width": ("transformer.config.sample_width", "vae_scale_factor_spatial"),
@@ -136,19 +142,28 @@ def call_defaults(cls: type) -> dict[str, Any]:
     return out
 
 
-def check_text_to_video(cls: type, where: str) -> None:
+def check_text_to_video(cls: type, where: str, image: bool = False) -> None:
     """UserError unless `cls.__call__` takes a frame count (num_frames, or the class's `frames_argument`) and a
-    prompt and needs no other input."""
+    prompt and needs no other input; with `image` (generate --image), an image-to-video pipeline: one that takes
+    an `image` and needs nothing else."""
     params = inspect.signature(cls.__call__).parameters
     frames = call_arguments(cls)["frames"]
     if frames not in params or "prompt" not in params:
         raise UserError(f"{where}: {cls.__name__} is not a text-to-video pipeline (its __call__ takes no "
                         f"{frames if frames not in params else 'prompt'})")
-    needed = [n for n, p in params.items() if n not in ("self", "prompt") and p.default is inspect.Parameter.empty
+    if image and "image" not in params:
+        raise UserError(f"{where}: {cls.__name__} takes no image (a text-to-video pipeline); leave --image out")
+    given = ("self", "prompt", "image") if image else ("self", "prompt")
+    needed = [n for n, p in params.items() if n not in given and p.default is inspect.Parameter.empty
               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not image and PIPELINE_FACTS.get(cls.__name__, PipelineFacts()).image_required:
+        needed = ["image", *needed]
+    if needed == ["image"]:
+        raise UserError(f"{where}: {cls.__name__} needs image besides the prompt (an image-to-video pipeline: "
+                        "generate --image FILE)")
     if needed:
         raise UserError(f"{where}: {cls.__name__} needs {', '.join(needed)} besides the prompt; generate runs "
-                        "text-to-video pipelines")
+                        "text-to-video and image-to-video pipelines")
 
 
 def slug(pipeline: str) -> str:
@@ -236,9 +251,12 @@ class DiffusersVideoModel(VideoModel):
     Attributes a caller may set: `max_sequence_length`, `negative_prompt`, `prompt_template` (None: the
     pipeline's default), `guidance_2` (Wan2.2 A14B's low-noise expert; None: same as guidance)."""
 
-    def __init__(self, pipe, info: ModelInfo, *, device: torch.device, dtype: torch.dtype, path: str | None = None):
+    def __init__(self, pipe, info: ModelInfo, *, device: torch.device, dtype: torch.dtype, path: str | None = None,
+                 image: ConditioningImage | None = None):
         super().__init__(info, device=device, dtype=dtype, path=path)
         self.pipe = pipe
+        self.image = image  # an image-to-video pipeline's conditioning image, the same for every call
+        self._image = image.load() if image is not None else None
         self.facts = PIPELINE_FACTS.get(type(pipe).__name__, PipelineFacts())
         self._params = inspect.signature(type(pipe).__call__).parameters
         self.max_sequence_length: int | None = None
@@ -248,10 +266,10 @@ class DiffusersVideoModel(VideoModel):
 
     @classmethod
     def load(cls, info: ModelInfo, spec: FolderSpec, *, path: str, device: torch.device,
-             dtype: torch.dtype | None = None) -> "DiffusersVideoModel":
+             dtype: torch.dtype | None = None, image: ConditioningImage | None = None) -> "DiffusersVideoModel":
         index = check_folder(spec, path, info.name)
         klass = pipeline_class(str(index.get("_class_name")), str(path))
-        check_text_to_video(klass, str(path))
+        check_text_to_video(klass, str(path), image=image is not None)
         facts = PIPELINE_FACTS.get(klass.__name__, PipelineFacts())
         dtype = pipeline_dtype(dtype, device)
         try:
@@ -270,7 +288,7 @@ class DiffusersVideoModel(VideoModel):
         if facts.vae_tiling:
             pipe.vae.enable_tiling()
         quiet_progress(pipe)
-        return cls(pipe, info, device=device, dtype=dtype, path=str(path))
+        return cls(pipe, info, device=device, dtype=dtype, path=str(path), image=image)
 
     # -- VideoModel
 
@@ -349,6 +367,8 @@ class DiffusersVideoModel(VideoModel):
             optional["guidance_scale_2"] = self.guidance_2 if self.guidance_2 is not None else s.guidance
         kwargs.update(self.facts.call_extra)
         kwargs.update({k: v for k, v in optional.items() if v is not None and k in self._params})
+        if self._image is not None:
+            kwargs["image"] = self._image
         return kwargs
 
     def _sample(self, prompts, seeds, s: Settings, ctx, scheduler) -> np.ndarray:
@@ -387,23 +407,26 @@ class DiffusersVideoModel(VideoModel):
             "vae_scale_factor": [vt, vs, vs] if vt and vs else None,
             "vae_dtype": str(vae.dtype).replace("torch.", "") if vae is not None else None,
             "max_sequence_length": seq if isinstance(seq, int) else None,
+            "image": self.image.to_dict() if self.image is not None else None,
         }
 
 
-def folder_info(path: str | Path) -> ModelInfo:
-    """The ModelInfo of a pipeline folder run without --model: named after its pipeline class (slug), its
-    defaults the pipeline __call__'s (None where the pipeline computes them at call time)."""
+def folder_info(path: str | Path, image: ConditioningImage | None = None) -> ModelInfo:
+    """The ModelInfo of a pipeline folder run without --model: named after its pipeline class (slug), and with
+    `image` (an image-to-video pipeline's) after the image too; its defaults the pipeline __call__'s (None where
+    the pipeline computes them at call time)."""
     p = Path(path).expanduser()
     index = read_model_index(p)
     name = str(index.get("_class_name"))
     klass = pipeline_class(name, str(p))
-    check_text_to_video(klass, str(p))
+    check_text_to_video(klass, str(p), image=image is not None)
     d = call_defaults(klass)
     transformer = components(index).get("transformer", (None, None))[1]
     from .families import FACTS
 
     family = FACTS[transformer].name if transformer in FACTS else (transformer or name)
-    return ModelInfo(slug(name), family, f"{name} from a diffusers-format folder", str(p), True,
+    run_name = slug(name) if image is None else f"{slug(name)}-{image.key}"
+    return ModelInfo(run_name, family, f"{name} from a diffusers-format folder", str(p), True,
                      d["steps"], None if d["guidance"] is None else float(d["guidance"]), d["height"], d["width"],
                      d["frames"])
 

@@ -20,6 +20,7 @@ import torch
 
 from ..errors import UserError
 from .base import ModelInfo, VideoModel
+from .image_input import ConditioningImage
 from .pipeline import FolderSpec, check_folder, folder_mismatch
 from .tiny_shapes_adapter import tiny_shapes_info
 
@@ -63,11 +64,11 @@ def folder_spec(name: str) -> FolderSpec:
     return _SPECS.get(name, FolderSpec())
 
 
-def folder_info(path: str) -> ModelInfo:
+def folder_info(path: str, image: ConditioningImage | None = None) -> ModelInfo:
     """The row of a folder run without a model name (pipeline.folder_info)."""
     from .pipeline import folder_info as info_of
 
-    return info_of(path)
+    return info_of(path, image)
 
 
 def _fits(name: str, path: str) -> bool:
@@ -115,18 +116,23 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def load_model(name: str | None, *, path: str | None = None, device: str = "cpu",
-               dtype: torch.dtype | None = None) -> "VideoModel":
+               dtype: torch.dtype | None = None, image: ConditioningImage | None = None) -> "VideoModel":
     """Load `name` (a ModelInfo.name) onto `device`; `path` is the checkpoint folder of real models
     (tiny-shapes: optional, default the shipped weights). `name` None: the pipeline folder `path`, whatever
-    its family. Path problems raise a one-line UserError."""
+    its family; `image` its conditioning image, for an image-to-video pipeline (image_input.py). Path problems
+    raise a one-line UserError."""
     from .pipeline import DiffusersVideoModel
 
     info = get_model_info(name) if name is not None else None  # an unknown name first, then the device
+    if image is not None and info is not None:
+        raise UserError("--image conditions an image-to-video pipeline folder: pass --model-path DIR without "
+                        f"--model ({info.name} generates from text)")
     dev = resolve_device(device)
     if info is None:
         if not path:
             raise UserError("pass a model name or --model-path DIR (a diffusers-format pipeline folder)")
-        return DiffusersVideoModel.load(folder_info(path), FolderSpec(), path=path, device=dev, dtype=dtype)
+        return DiffusersVideoModel.load(folder_info(path, image), FolderSpec(), path=path, device=dev, dtype=dtype,
+                                        image=image)
     if info.needs_path and not path:
         raise UserError(f"{name}: pass --model-path DIR, a diffusers-format folder of {name} (weights are never "
                         "downloaded)")

@@ -352,11 +352,42 @@ TINY_PIPELINES: dict[str, Callable[..., object]] = {
 }
 
 
+def tiny_ltx_i2v_pipeline(seed: int = 0):
+    """LTX-Video's image-to-video pipeline: the text-to-video one's components (the image enters as its first
+    latent frame)."""
+    from diffusers import LTXImageToVideoPipeline
+
+    from .tiny_checkpoints import tiny_ltx_pipeline
+
+    return LTXImageToVideoPipeline(**tiny_ltx_pipeline(seed=seed).components)
+
+
+def tiny_wan_ti2v_i2v_pipeline(seed: int = 0):
+    """Wan2.2 TI2V-5B as an image-to-video pipeline: its image is the first latent frame (expand_timesteps), no
+    image encoder."""
+    from diffusers import WanImageToVideoPipeline
+
+    from .tiny_checkpoints import tiny_wan_pipeline
+
+    c = tiny_wan_pipeline(ti2v=True, seed=seed).components
+    return WanImageToVideoPipeline(tokenizer=c["tokenizer"], text_encoder=c["text_encoder"], vae=c["vae"],
+                                   scheduler=c["scheduler"], transformer=c["transformer"], image_encoder=None,
+                                   image_processor=None, expand_timesteps=True)
+
+
+# image-to-video pipelines (generate --image)
+TINY_I2V_PIPELINES: dict[str, Callable[..., object]] = {
+    "ltx-i2v": tiny_ltx_i2v_pipeline, "wan2.2-ti2v-i2v": tiny_wan_ti2v_i2v_pipeline,
+}
+
+
 def save_tiny_pipeline(name: str, path: str | Path, *, seed: int = 0) -> Path:
-    """Write the tiny pipeline `name` (a key of TINY_PIPELINES) to `path` in diffusers format; returns it."""
+    """Write the tiny pipeline `name` (a key of TINY_PIPELINES or TINY_I2V_PIPELINES) to `path` in diffusers format;
+    returns it."""
     path = Path(path)
-    _inference_mode(TINY_PIPELINES[name](seed)).save_pretrained(str(path), safe_serialization=True)
+    build = TINY_PIPELINES.get(name) or TINY_I2V_PIPELINES[name]
+    _inference_mode(build(seed)).save_pretrained(str(path), safe_serialization=True)
     return path
 
 
-__all__ = ["LATTE_FRAMES", "TINY_PIPELINES", "save_tiny_pipeline"]
+__all__ = ["LATTE_FRAMES", "TINY_I2V_PIPELINES", "TINY_PIPELINES", "save_tiny_pipeline"]

@@ -1,0 +1,129 @@
+"""`generate --model-path DIR --image FILE` on image-to-video pipeline folders (tiny random-weight folders of the real
+classes, models/tiny_pipelines.py): the clip is diffusers' own call with that image, the image names the runs, and
+the mistakes around it are one line."""
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("transformers")
+
+from PIL import Image  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from lowbit_video.cli import app  # noqa: E402
+from lowbit_video.models.tiny_pipelines import save_tiny_pipeline  # noqa: E402
+
+PROMPT = "a red circle moving right"
+SIZE = ["--height", "32", "--width", "32", "--frames", "9"]
+runner = CliRunner()
+CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("i2v")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folders = {name: save_tiny_pipeline(name, root / name) for name in CASES}
+        folders["mochi"] = save_tiny_pipeline("mochi", root / "mochi")  # a text-to-video one
+    rng = np.random.default_rng(0)
+    images = {}
+    for stem in ("cat", "dog"):
+        images[stem] = root / f"{stem}.png"
+        Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8)).save(images[stem])
+    return folders, images
+
+
+def _generate(folder, out, *extra, recipes=("fp16", "sage2-int8")):
+    args = ["generate", "--model-path", str(folder), *[a for r in recipes for a in ("--recipe", r)], "--steps", "2",
+            "--prompt", PROMPT, "--seeds", "1", "--out", str(out), *extra, "--json"]
+    return runner.invoke(app, args)
+
+
+def _one_error_line(res):
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert res.exit_code == 2 and errors == lines[-1:] and "Traceback" not in res.stderr, res.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_an_image_to_video_folder_generates_diffusers_clip_of_the_image(world, tmp_path, name):
+    folders, images = world
+    res = _generate(folders[name], tmp_path / "runs", *SIZE, "--image", str(images["cat"]))
+    assert res.exit_code == 0, res.stderr
+    runs = {r["recipe"]: Path(r["dir"]) for r in json.loads(res.stdout)["runs"]}
+    # the runs are filed under the pipeline and the image's content
+    digest = hashlib.sha256(images["cat"].read_bytes()).hexdigest()
+    model = f"{CASES[name].removesuffix('Pipeline').lower()}-cat-{digest[:10]}"
+    assert {d.relative_to(tmp_path / "runs").parts[0] for d in runs.values()} == {model}
+    metas = {r: json.loads((d / "meta.json").read_text()) for r, d in runs.items()}
+    assert metas["fp16"]["model"]["describe"]["image"] == {"path": str(images["cat"].resolve()), "sha256": digest}
+
+    # fp16 is diffusers' own call with that image (bfloat16, the seed's CPU generator), up to the 8-bit rounding
+    import diffusers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        extra = {}
+        if name.startswith("wan"):  # Wan's VAE in float32, as its examples load it
+            extra["vae"] = diffusers.AutoencoderKLWan.from_pretrained(str(folders[name]), subfolder="vae",
+                                                                      torch_dtype=torch.float32)
+        pipe = getattr(diffusers, CASES[name]).from_pretrained(str(folders[name]), torch_dtype=torch.bfloat16,
+                                                               **extra)
+        pipe.set_progress_bar_config(disable=True)
+        with torch.no_grad():
+            plain = pipe(prompt=PROMPT, image=Image.open(images["cat"]).convert("RGB"), height=32, width=32,
+                         num_frames=9, num_inference_steps=2, guidance_scale=metas["fp16"]["guidance"],
+                         generator=torch.Generator("cpu").manual_seed(1), output_type="np").frames
+    plain = np.clip(np.asarray(plain, np.float32)[0], 0, 1)
+    ours = np.load(runs["fp16"] / "frames.npz")["frames"]
+    assert ours.shape == plain.shape == (9, 32, 32, 3)
+    assert np.abs(ours.astype(np.int16) - np.round(plain * 255).astype(np.int16)).max() <= 1
+
+    calls = metas["sage2-int8"]["attention_calls"]
+    assert calls["quantized"] > 0 and calls["fallback"] == 0 and calls["engine"] == 0
+    assert not np.array_equal(np.load(runs["sage2-int8"] / "frames.npz")["frames"], ours)
+
+
+def test_another_image_is_another_run_and_the_same_image_resumes(world, tmp_path):
+    folders, images = world
+    out = tmp_path / "runs"
+    first = _generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["cat"]), recipes=("fp16",))
+    again = _generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["cat"]), recipes=("fp16",))
+    other = _generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["dog"]), recipes=("fp16",))
+    assert first.exit_code == again.exit_code == other.exit_code == 0
+    assert (json.loads(again.stdout)["generated"], json.loads(again.stdout)["skipped"]) == (0, 1)
+    assert json.loads(other.stdout)["generated"] == 1
+    dirs = [json.loads(r.stdout)["runs"][0]["dir"] for r in (first, other)]
+    assert dirs[0] != dirs[1]
+    frames = [np.load(Path(d) / "frames.npz")["frames"] for d in dirs]
+    assert not np.array_equal(*frames)
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("no-image", "LTXImageToVideoPipeline needs image besides the prompt (an image-to-video pipeline: generate --image FILE)"),
+    ("text-to-video", "MochiPipeline takes no image (a text-to-video pipeline); leave --image out"),
+    ("named-model", "--image conditions an image-to-video pipeline folder: pass --model-path DIR without --model"),
+    ("missing", "nothing.png: no such file"),
+    ("not-an-image", "not an image PIL can read"),
+])
+def test_image_mistakes_are_one_line_and_write_nothing(world, tmp_path, case, needle):
+    folders, images = world
+    junk = tmp_path / "junk.png"
+    junk.write_text("not a picture")
+    args = {"no-image": (folders["ltx-i2v"],),
+            "text-to-video": (folders["mochi"], "--image", str(images["cat"])),
+            "named-model": (folders["ltx-i2v"], "--model", "wan2.1-t2v-1.3b", "--image", str(images["cat"])),
+            "missing": (folders["ltx-i2v"], "--image", str(tmp_path / "nothing.png")),
+            "not-an-image": (folders["ltx-i2v"], "--image", str(junk))}[case]
+    res = _generate(args[0], tmp_path / "runs", *SIZE, *args[1:], recipes=("fp16",))
+    assert needle in _one_error_line(res)
+    assert not (tmp_path / "runs").exists()
