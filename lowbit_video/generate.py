@@ -7,7 +7,8 @@
 * **Models.** `model` names a row of `lowbit-video models` (its checkpoint folder, `model_path`, is
   checked to be that model's before anything is written); `model=None` with `model_path` runs any
   diffusers text-to-video pipeline folder, filed under its pipeline class (models/pipeline.py) with the
-  pipeline's default settings. A pipeline that computes a size from its components is loaded before
+  pipeline's default settings; with `image` an image-to-video one, filed under its class and the image's
+  content digest (models/image_input.py). A pipeline that computes a size from its components is loaded before
   the grid is planned, since the settings are part of what a complete run is compared on.
 * **Prompts.** `--prompt TEXT`, a prompts file, or VBench's standard suite (`--prompts vbench` or
   `vbench:<dimension>`, vbench_suite.py; each run's meta records its suite entry, so `evaluate`
