@@ -4,6 +4,7 @@ the mistakes around it are one line."""
 
 import hashlib
 import json
+import shlex
 import warnings
 from pathlib import Path
 
@@ -127,3 +128,20 @@ def test_image_mistakes_are_one_line_and_write_nothing(world, tmp_path, case, ne
     res = _generate(args[0], tmp_path / "runs", *SIZE, *args[1:], recipes=("fp16",))
     assert needle in _one_error_line(res)
     assert not (tmp_path / "runs").exists()
+
+
+def test_profile_of_an_image_to_video_folder_writes_a_policy_generate_runs_with_the_image(world, tmp_path):
+    folders, images = world
+    res = runner.invoke(app, ["profile", "--model-path", str(folders["ltx-i2v"]), "--image", str(images["cat"]),
+                              "--recipe", "sage2-int8", "--prompt", PROMPT, "--seeds", "1", "--steps", "2", *SIZE,
+                              "--out", str(tmp_path / "p"), "--budget", "fp16-share=0.5", "--json"])
+    assert res.exit_code == 0, res.stderr
+    prof = json.loads(res.stdout)
+    assert prof["num_steps"] == 2 and all(c["calls"] > 0 for c in prof["cells"])
+    command = shlex.split(prof["policy"]["generate"])
+    assert command[command.index("--image") + 1] == str(images["cat"])
+    ran = runner.invoke(app, [*command[1:], "--out", str(tmp_path / "runs"), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    models = {Path(r["dir"]).relative_to(tmp_path / "runs").parts[0] for r in json.loads(ran.stdout)["runs"]}
+    digest = hashlib.sha256(images["cat"].read_bytes()).hexdigest()
+    assert models == {f"ltximagetovideo-cat-{digest[:10]}"}

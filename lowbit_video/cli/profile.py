@@ -47,6 +47,7 @@ def profile(
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe to profile: a name or a TOML path."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (see `lowbit-video models`; default: tiny-shapes, or with --model-path the folder's pipeline class), as for generate."),
     model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder of --model (as for generate)."),
+    image: Optional[Path] = typer.Option(None, "--image", help="Conditioning image of an image-to-video pipeline folder (as for generate)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file or shipped prompt set (smoke, shapes), as for generate (default: prompts/smoke.txt)."),
     prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
     prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts: the first N."),
@@ -79,7 +80,8 @@ def profile(
     from ..generate import GenerateConfig
     from ..profile.run import ProfileConfig, run_profile
 
-    clips = GenerateConfig(model=model, recipes=["fp16"], model_path=model_path, prompts=prompt or None,
+    clips = GenerateConfig(model=model, recipes=["fp16"], model_path=model_path,
+                           image=str(image) if image is not None else None, prompts=prompt or None,
                            prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit,
                            seeds=seeds or [0], steps=steps, guidance=guidance, height=height, width=width,
                            frames=frames, out=str(out_dir), device=device)
