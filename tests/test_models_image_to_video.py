@@ -24,7 +24,8 @@ from lowbit_video.models.tiny_pipelines import save_tiny_pipeline  # noqa: E402
 PROMPT = "a red circle moving right"
 SIZE = ["--height", "32", "--width", "32", "--frames", "9"]
 runner = CliRunner()
-CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline"}
+CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline",
+         "cogvideox-i2v": "CogVideoXImageToVideoPipeline", "wan2.1-i2v": "WanImageToVideoPipeline"}
 
 
 @pytest.fixture(scope="module")

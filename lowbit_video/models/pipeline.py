@@ -77,6 +77,7 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "HunyuanVideoPipeline": PipelineFacts(vae_tiling=True, frames_form=True),
     "CogVideoXPipeline": PipelineFacts(frames_form=True,
                                        derived={**_COG_SIZE, "frames": ("transformer.config.sample_frames",)}),
+    "CogVideoXImageToVideoPipeline": PipelineFacts(frames_form=True, derived=_COG_SIZE),
     "LTXPipeline": PipelineFacts(frames_form=True),
     "LTXImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
     "LTX2ImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),

@@ -375,9 +375,49 @@ def tiny_wan_ti2v_i2v_pipeline(seed: int = 0):
                                    image_processor=None, expand_timesteps=True)
 
 
+def tiny_wan21_i2v_pipeline(seed: int = 0):
+    """Wan2.1 I2V-14B's layout: the image's CLIP features enter every block's cross-attention beside the text
+    (added K/V projections) and its latents and a frame mask the transformer's input (16 + 16 + 4 channels)."""
+    import torch
+    from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    from .tiny_checkpoints import WAN_HEAD_DIM, WAN_HEADS, tiny_wan_pipeline, tiny_wan_transformer_config
+
+    c = tiny_wan_pipeline(seed=seed).components
+    torch.manual_seed(seed)
+    transformer = WanTransformer3DModel(**tiny_wan_transformer_config(
+        in_channels=36, out_channels=16, image_dim=24, added_kv_proj_dim=WAN_HEADS * WAN_HEAD_DIM))
+    image_encoder = CLIPVisionModel(CLIPVisionConfig(hidden_size=24, intermediate_size=37, num_hidden_layers=2,
+                                                     num_attention_heads=2, image_size=32, patch_size=8))
+    return WanImageToVideoPipeline(tokenizer=c["tokenizer"], text_encoder=c["text_encoder"], vae=c["vae"],
+                                   scheduler=c["scheduler"], transformer=transformer, image_encoder=image_encoder,
+                                   image_processor=CLIPImageProcessor(crop_size=32, size={"shortest_edge": 32}))
+
+
+def tiny_cogvideox_i2v_pipeline(seed: int = 0):
+    """CogVideoX's image-to-video pipeline: the text-to-video components but the transformer, whose input is the
+    noise and the image's latents side by side (twice the latent channels), with rotary and learned positions as
+    CogVideoX-5B-I2V's."""
+    import torch
+    from diffusers import CogVideoXImageToVideoPipeline, CogVideoXTransformer3DModel
+
+    from .tiny_checkpoints import COGVIDEOX_SAMPLE, HEAD_DIM, tiny_cogvideox_pipeline
+
+    c = tiny_cogvideox_pipeline(seed=seed).components
+    torch.manual_seed(seed)
+    transformer = CogVideoXTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=HEAD_DIM, in_channels=8, out_channels=4, time_embed_dim=4,
+        text_embed_dim=16, num_layers=2, patch_size=2, temporal_compression_ratio=4, max_text_seq_length=226,
+        use_rotary_positional_embeddings=True, use_learned_positional_embeddings=True, **COGVIDEOX_SAMPLE)
+    return CogVideoXImageToVideoPipeline(tokenizer=c["tokenizer"], text_encoder=c["text_encoder"], vae=c["vae"],
+                                         transformer=transformer, scheduler=c["scheduler"])
+
+
 # image-to-video pipelines (generate --image)
 TINY_I2V_PIPELINES: dict[str, Callable[..., object]] = {
     "ltx-i2v": tiny_ltx_i2v_pipeline, "wan2.2-ti2v-i2v": tiny_wan_ti2v_i2v_pipeline,
+    "cogvideox-i2v": tiny_cogvideox_i2v_pipeline, "wan2.1-i2v": tiny_wan21_i2v_pipeline,
 }
 
 
