@@ -25,7 +25,8 @@ PROMPT = "a red circle moving right"
 SIZE = ["--height", "32", "--width", "32", "--frames", "9"]
 runner = CliRunner()
 CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline",
-         "cogvideox-i2v": "CogVideoXImageToVideoPipeline", "wan2.1-i2v": "WanImageToVideoPipeline"}
+         "cogvideox-i2v": "CogVideoXImageToVideoPipeline", "wan2.1-i2v": "WanImageToVideoPipeline",
+         "skyreels-v2-i2v": "SkyReelsV2ImageToVideoPipeline"}
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,7 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     # the Wan VAE's 4k + 1 frames
     "SkyReelsV2Pipeline": PipelineFacts(frames_form=True),
     "SkyReelsV2DiffusionForcingPipeline": PipelineFacts(frames_form=True),
+    "SkyReelsV2ImageToVideoPipeline": PipelineFacts(frames_form=True),
     "MotifVideoPipeline": PipelineFacts(frames_form=True),
     "EasyAnimatePipeline": PipelineFacts(frames_form=True, call_extra={"negative_prompt": ""}),
     "Kandinsky5T2VPipeline": PipelineFacts(frames_form=True),

@@ -76,21 +76,31 @@ def tiny_latte_pipeline(seed: int = 0):
                          scheduler=DDIMScheduler())
 
 
-def _skyreels(pipeline_class: str, seed: int):
+def _skyreels(pipeline_class: str, seed: int, image: bool = False):
+    """image: the image-to-video layout (Wan2.1 I2V's): the image's CLIP features in every cross-attention, its
+    latents and a frame mask in the transformer's input (16 + 16 + 4 channels)."""
     import diffusers
     from diffusers import SkyReelsV2Transformer3DModel, UniPCMultistepScheduler
 
     tokenizer, encoder = tiny_t5(seed, 32)
     torch.manual_seed(seed)
     vae = tiny_wan_vae()
+    image_layout = dict(in_channels=36, image_dim=24, added_kv_proj_dim=2 * HEAD_DIM) if image else dict(in_channels=16)
     transformer = SkyReelsV2Transformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2,
-                                               attention_head_dim=HEAD_DIM, in_channels=16, out_channels=16,
+                                               attention_head_dim=HEAD_DIM, out_channels=16,
                                                text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2,
                                                cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                                               rope_max_seq_len=32)
+                                               rope_max_seq_len=32, **image_layout)
     scheduler = UniPCMultistepScheduler(flow_shift=8.0, use_flow_sigmas=True, prediction_type="flow_prediction")
+    extra = {}
+    if image:
+        from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
+
+        extra = dict(image_encoder=CLIPVisionModelWithProjection(CLIPVisionConfig(
+            hidden_size=24, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+            patch_size=8)), image_processor=CLIPImageProcessor(crop_size=32, size={"shortest_edge": 32}))
     return getattr(diffusers, pipeline_class)(tokenizer=tokenizer, text_encoder=encoder, transformer=transformer,
-                                              vae=vae, scheduler=scheduler)
+                                              vae=vae, scheduler=scheduler, **extra)
 
 
 def tiny_skyreels_v2_pipeline(seed: int = 0):
@@ -418,6 +428,7 @@ def tiny_cogvideox_i2v_pipeline(seed: int = 0):
 TINY_I2V_PIPELINES: dict[str, Callable[..., object]] = {
     "ltx-i2v": tiny_ltx_i2v_pipeline, "wan2.2-ti2v-i2v": tiny_wan_ti2v_i2v_pipeline,
     "cogvideox-i2v": tiny_cogvideox_i2v_pipeline, "wan2.1-i2v": tiny_wan21_i2v_pipeline,
+    "skyreels-v2-i2v": lambda seed=0: _skyreels("SkyReelsV2ImageToVideoPipeline", seed, image=True),
 }
 
 
