@@ -26,7 +26,11 @@ SIZE = ["--height", "32", "--width", "32", "--frames", "9"]
 runner = CliRunner()
 CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline",
          "cogvideox-i2v": "CogVideoXImageToVideoPipeline", "wan2.1-i2v": "WanImageToVideoPipeline",
-         "skyreels-v2-i2v": "SkyReelsV2ImageToVideoPipeline"}
+         "skyreels-v2-i2v": "SkyReelsV2ImageToVideoPipeline",
+         "hunyuanvideo-1.5-i2v": "HunyuanVideo15ImageToVideoPipeline"}
+# HunyuanVideo-1.5's pipeline takes no height or width: it sizes the clip from the image (32 x 32) and its
+# transformer's target size (16), to 16 x 16
+SIZED_BY_IMAGE = {"hunyuanvideo-1.5-i2v": (16, 16)}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +64,9 @@ def _one_error_line(res):
 @pytest.mark.parametrize("name", list(CASES))
 def test_an_image_to_video_folder_generates_diffusers_clip_of_the_image(world, tmp_path, name):
     folders, images = world
-    res = _generate(folders[name], tmp_path / "runs", *SIZE, "--image", str(images["cat"]))
+    size = SIZE if name not in SIZED_BY_IMAGE else ["--frames", "9"]
+    height, width = SIZED_BY_IMAGE.get(name, (32, 32))
+    res = _generate(folders[name], tmp_path / "runs", *size, "--image", str(images["cat"]))
     assert res.exit_code == 0, res.stderr
     runs = {r["recipe"]: Path(r["dir"]) for r in json.loads(res.stdout)["runs"]}
     # the runs are filed under the pipeline and the image's content
@@ -82,13 +88,15 @@ def test_an_image_to_video_folder_generates_diffusers_clip_of_the_image(world, t
         pipe = getattr(diffusers, CASES[name]).from_pretrained(str(folders[name]), torch_dtype=torch.bfloat16,
                                                                **extra)
         pipe.set_progress_bar_config(disable=True)
+        sized = {"height": 32, "width": 32} if name not in SIZED_BY_IMAGE else {}
+        guidance = {"guidance_scale": metas["fp16"]["guidance"]} if name != "hunyuanvideo-1.5-i2v" else {}
         with torch.no_grad():
-            plain = pipe(prompt=PROMPT, image=Image.open(images["cat"]).convert("RGB"), height=32, width=32,
-                         num_frames=9, num_inference_steps=2, guidance_scale=metas["fp16"]["guidance"],
-                         generator=torch.Generator("cpu").manual_seed(1), output_type="np").frames
+            plain = pipe(prompt=PROMPT, image=Image.open(images["cat"]).convert("RGB"), num_frames=9,
+                         num_inference_steps=2, generator=torch.Generator("cpu").manual_seed(1), output_type="np",
+                         **sized, **guidance).frames
     plain = np.clip(np.asarray(plain, np.float32)[0], 0, 1)
     ours = np.load(runs["fp16"] / "frames.npz")["frames"]
-    assert ours.shape == plain.shape == (9, 32, 32, 3)
+    assert ours.shape == plain.shape == (9, height, width, 3)
     assert np.abs(ours.astype(np.int16) - np.round(plain * 255).astype(np.int16)).max() <= 1
 
     calls = metas["sage2-int8"]["attention_calls"]
@@ -117,6 +125,8 @@ def test_another_image_is_another_run_and_the_same_image_resumes(world, tmp_path
     ("named-model", "--image conditions an image-to-video pipeline folder: pass --model-path DIR without --model"),
     ("missing", "nothing.png: no such file"),
     ("not-an-image", "not an image PIL can read"),
+    ("size-of-image", "HunyuanVideo15ImageToVideoPipeline takes its size from the image (16x16); leave --height and "
+                      "--width out"),
 ])
 def test_image_mistakes_are_one_line_and_write_nothing(world, tmp_path, case, needle):
     folders, images = world
@@ -126,7 +136,8 @@ def test_image_mistakes_are_one_line_and_write_nothing(world, tmp_path, case, ne
             "text-to-video": (folders["mochi"], "--image", str(images["cat"])),
             "named-model": (folders["ltx-i2v"], "--model", "wan2.1-t2v-1.3b", "--image", str(images["cat"])),
             "missing": (folders["ltx-i2v"], "--image", str(tmp_path / "nothing.png")),
-            "not-an-image": (folders["ltx-i2v"], "--image", str(junk))}[case]
+            "not-an-image": (folders["ltx-i2v"], "--image", str(junk)),
+            "size-of-image": (folders["hunyuanvideo-1.5-i2v"], "--image", str(images["cat"]))}[case]
     res = _generate(args[0], tmp_path / "runs", *SIZE, *args[1:], recipes=("fp16",))
     assert needle in _one_error_line(res)
     assert not (tmp_path / "runs").exists()

@@ -55,7 +55,9 @@ class PipelineFacts:
     frames_form: bool = False  # frames must be (VAE temporal factor) * k + 1: the pipeline decodes no other count
     # setting -> attribute paths on the pipeline whose product is the value __call__ uses when the argument is None
     derived: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # or (method, argument paths): the pipeline's own method returning (height, width) when both are None
+    # or (method, argument paths): the pipeline's own method returning (height, width) when both are None; a path
+    # `image.…` reads the conditioning image (HunyuanVideo-1.5's image-to-video pipeline sizes the clip from it
+    # and takes no height or width)
     size_call: tuple[str, tuple[str, ...]] | None = None
     frames_argument: str = "num_frames"  # the __call__ argument that takes the frame count (Latte: video_length)
     # the attribute path of the only frame count the model takes (Latte: its temporal position embedding's length)
@@ -101,6 +103,8 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "HunyuanVideo15Pipeline": PipelineFacts(frames_form=True, size_call=(
         "video_processor.calculate_default_height_width",
         ("default_aspect_ratio[1]", "default_aspect_ratio[0]", "target_size"))),
+    "HunyuanVideo15ImageToVideoPipeline": PipelineFacts(frames_form=True, size_call=(
+        "video_processor.calculate_default_height_width", ("image.height", "image.width", "target_size"))),
 }
 
 
@@ -319,7 +323,7 @@ class DiffusersVideoModel(VideoModel):
             return float(g) if isinstance(g, (int, float)) else None
         if setting in ("height", "width") and self.facts.size_call is not None:
             method, args = self.facts.size_call
-            fn, values = _attr(self.pipe, method), [_attr(self.pipe, a) for a in args]
+            fn, values = _attr(self.pipe, method), [self._value(a) for a in args]
             if not callable(fn) or any(v is None for v in values):
                 return None
             return int(fn(*values)[0 if setting == "height" else 1])
@@ -331,7 +335,18 @@ class DiffusersVideoModel(VideoModel):
             return None
         return int(np.prod(values))
 
+    def _value(self, path: str) -> Any:
+        """An attribute path of the pipeline, or with `image.` of the conditioning image."""
+        if path.startswith("image."):
+            return _attr(self._image, path.removeprefix("image.")) if self._image is not None else None
+        return _attr(self.pipe, path)
+
     def _check_settings(self, s: Settings) -> None:
+        if "height" not in self._params:
+            size = (self._derived("height"), self._derived("width"))
+            if (s.height, s.width) != size:
+                raise UserError(f"{self.info.name}: {type(self.pipe).__name__} takes its size from the image "
+                                f"({size[0]}x{size[1]}); leave --height and --width out")
         if "guidance_scale" not in self._params and s.guidance != self.info.default_guidance:
             raise UserError(f"{self.info.name}: {type(self.pipe).__name__} takes its guidance from its guider "
                             f"({self.info.default_guidance}); leave --guidance out")
@@ -367,6 +382,9 @@ class DiffusersVideoModel(VideoModel):
                     "prompt_template": self.prompt_template}
         if getattr(self.pipe, "transformer_2", None) is not None:
             optional["guidance_scale_2"] = self.guidance_2 if self.guidance_2 is not None else s.guidance
+        for arg in ("height", "width"):
+            if arg not in self._params:  # sized by the pipeline itself (from the image: `PIPELINE_FACTS`)
+                del kwargs[arg]
         kwargs.update(self.facts.call_extra)
         kwargs.update({k: v for k, v in optional.items() if v is not None and k in self._params})
         if self._image is not None:

@@ -242,6 +242,24 @@ def tiny_hunyuan_video15_pipeline(seed: int = 0):
                                   guider=ClassifierFreeGuidance(guidance_scale=6.0))
 
 
+def tiny_hunyuan_video15_i2v_pipeline(seed: int = 0):
+    """HunyuanVideo-1.5's image-to-video pipeline: the text-to-video components, an i2v transformer and a SigLIP
+    image encoder (its features join the text tokens; the image's latents the transformer's input)."""
+    from diffusers import HunyuanVideo15ImageToVideoPipeline, HunyuanVideo15Transformer3DModel
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    components = tiny_hunyuan_video15_pipeline(seed).components
+    torch.manual_seed(seed)
+    components["transformer"] = HunyuanVideo15Transformer3DModel(
+        in_channels=9, out_channels=4, num_attention_heads=2, attention_head_dim=HEAD_DIM, num_layers=1,
+        num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=1, text_embed_dim=16, text_embed_2_dim=32,
+        image_embed_dim=12, rope_axes_dim=(8, 12, 12), target_size=16, task_type="i2v")
+    image_encoder = SiglipVisionModel(SiglipVisionConfig(hidden_size=12, intermediate_size=16, num_hidden_layers=1,
+                                                         num_attention_heads=2, image_size=32, patch_size=8))
+    return HunyuanVideo15ImageToVideoPipeline(**components, image_encoder=image_encoder,
+                                              feature_extractor=SiglipImageProcessor(size={"height": 32, "width": 32}))
+
+
 def char_tokenizer():
     """A character-level fast tokenizer over printable ASCII (one token per character, `</s>` appended), built
     offline; returns (tokenizer, vocabulary size). For pipelines that drop a fixed number of tokens of a prompt
@@ -429,6 +447,7 @@ TINY_I2V_PIPELINES: dict[str, Callable[..., object]] = {
     "ltx-i2v": tiny_ltx_i2v_pipeline, "wan2.2-ti2v-i2v": tiny_wan_ti2v_i2v_pipeline,
     "cogvideox-i2v": tiny_cogvideox_i2v_pipeline, "wan2.1-i2v": tiny_wan21_i2v_pipeline,
     "skyreels-v2-i2v": lambda seed=0: _skyreels("SkyReelsV2ImageToVideoPipeline", seed, image=True),
+    "hunyuanvideo-1.5-i2v": tiny_hunyuan_video15_i2v_pipeline,
 }
 
 
