@@ -158,3 +158,37 @@ def test_profile_of_an_image_to_video_folder_writes_a_policy_generate_runs_with_
     models = {Path(r["dir"]).relative_to(tmp_path / "runs").parts[0] for r in json.loads(ran.stdout)["runs"]}
     digest = hashlib.sha256(images["cat"].read_bytes()).hexdigest()
     assert models == {f"ltximagetovideo-cat-{digest[:10]}"}
+
+
+def test_a_study_runs_on_an_image_to_video_folder_conditioned_on_the_image(world, tmp_path):
+    """ablate --model-path DIR --image FILE (no --model): every run of the study is the folder's pipeline
+    conditioned on the image, filed under its name, and the study's command says so."""
+    from lowbit_video.ablate import AblateOptions, run_study
+
+    folders, images = world
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(PROMPT + "\n")
+    res = run_study("table3", AblateOptions(model_path=str(folders["ltx-i2v"]), image=str(images["cat"]),
+                                            prompts=str(prompts), seeds=[0], steps=2, out=str(tmp_path / "out"),
+                                            height=32, width=32, frames=9, device="cpu"))
+    digest = hashlib.sha256(images["cat"].read_bytes()).hexdigest()
+    model = f"ltximagetovideo-cat-{digest[:10]}"
+    assert res["model"] == model and res["generated"] == 5
+    metas = [json.loads(p.read_text()) for p in (tmp_path / "out" / model).rglob("meta.json")]
+    assert len(metas) == 5 and {m["recipe"]["name"] for m in metas} >= {"fp16", "mxattention"}
+    assert all(m["model"]["describe"]["image"]["sha256"] == digest for m in metas)
+    command = (tmp_path / "out" / "table3.md").read_text().split("Command: `", 1)[1].split("`", 1)[0]
+    words = shlex.split(command)
+    assert words[:3] == ["lowbit-video", "ablate", "table3"] and "--model" not in words
+    assert words[words.index("--model-path") + 1] == str(folders["ltx-i2v"])
+    assert words[words.index("--image") + 1] == str(images["cat"])
+    rows = {row["config"]: row for row in res["rows"]}
+    assert rows["Full"]["psnr"] < 99  # the quantized clips differ from the fp16 one
+
+
+def test_a_study_with_image_and_a_named_model_is_one_line(world, tmp_path):
+    folders, images = world
+    res = runner.invoke(app, ["ablate", "table3", "--model", "wan2.1-t2v-1.3b", "--model-path",
+                              str(folders["ltx-i2v"]), "--image", str(images["cat"]), "--out", str(tmp_path / "o")])
+    assert "--image conditions an image-to-video pipeline folder" in _one_error_line(res)
+    assert not (tmp_path / "o").exists()

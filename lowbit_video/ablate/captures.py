@@ -91,7 +91,10 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
             if model is None:
                 from ..models.registry import load_model
 
-                model = load_model(res.info.name, path=r.model_path, device=distributed.device_for(r.device, spec))
+                from ..generate import conditioning_image
+
+                model = load_model(None if r.folder else res.info.name, path=r.model_path,
+                                   device=distributed.device_for(r.device, spec), image=conditioning_image(cfg))
             if run.dir.is_dir():
                 for p in run.dir.iterdir():  # stale files of other settings
                     if p.is_file():

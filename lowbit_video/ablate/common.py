@@ -21,6 +21,7 @@ class AblateOptions:
 
     model: str | None = None
     model_path: str | None = None  # checkpoint folder of a real model (as generate --model-path)
+    image: str | None = None       # an image-to-video pipeline folder's conditioning image (as generate --image)
     prompts: str | None = None     # a prompts file, or VBench's suite: "vbench" / "vbench:<dimension>"
     prompt_limit: int | None = None
     seeds: Sequence[int] | None = None
@@ -36,7 +37,8 @@ class AblateOptions:
 
 @dataclass(frozen=True)
 class Resolved:
-    """A study's effective settings."""
+    """A study's effective settings. With `folder`, model is a pipeline folder's own name (generate --model-path
+    without --model: its pipeline class, and its conditioning image's) and `info` its ModelInfo."""
 
     model: str
     prompts: str
@@ -49,14 +51,25 @@ class Resolved:
     shard: Any = None  # distributed.ShardSpec (None: one process)
     model_path: str | None = None
     prompt_limit: int | None = None
+    image: str | None = None
+    folder: bool = False
+    info: Any = None  # the folder's ModelInfo (folder runs)
 
     def generate_config(self, **kw: Any):
         """The GenerateConfig of the study's runs (`kw`: recipes, out, ...)."""
         from ..generate import GenerateConfig
 
-        return GenerateConfig(model=self.model, model_path=self.model_path, prompts_file=self.prompts,
-                              prompt_limit=self.prompt_limit, seeds=list(self.seeds), steps=self.steps,
-                              device=self.device, **self.size, **kw)
+        return GenerateConfig(model=None if self.folder else self.model, model_path=self.model_path,
+                              image=self.image, prompts_file=self.prompts, prompt_limit=self.prompt_limit,
+                              seeds=list(self.seeds), steps=self.steps, device=self.device, **self.size, **kw)
+
+    def model_info(self):
+        """The ModelInfo of the study's model."""
+        if self.info is not None:
+            return self.info
+        from ..models.registry import get_model_info
+
+        return get_model_info(self.model)
 
     @property
     def spec(self):
@@ -89,19 +102,30 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     from ..runstore import check_output
 
     check_output(opts.out, "--out")  # before any model is loaded
-    return Resolved(model=opts.model or study.run.model, prompts=opts.prompts or study.run.prompts,
-                    seeds=tuple(dict.fromkeys(seeds)), steps=steps, out=Path(opts.out), device=resolve_device(opts.device),
-                    weights_dir=opts.weights_dir, size=size, shard=shard, model_path=opts.model_path,
-                    prompt_limit=opts.prompt_limit)
+    # a pipeline folder without --model runs as generate runs it: named after its pipeline class (and image)
+    folder = opts.model is None and opts.model_path is not None
+    if opts.image is not None and not folder:
+        raise UserError("--image conditions an image-to-video pipeline folder: pass --model-path DIR without "
+                        "--model")
+    info = None
+    if folder:
+        from ..generate import GenerateConfig
+        from ..generate import resolve as plan
+
+        info = plan(GenerateConfig(model=None, model_path=opts.model_path, image=opts.image, out=opts.out,
+                                   device=opts.device)).info
+    return Resolved(model=info.name if folder else opts.model or study.run.model,
+                    prompts=opts.prompts or study.run.prompts, seeds=tuple(dict.fromkeys(seeds)), steps=steps,
+                    out=Path(opts.out), device=resolve_device(opts.device), weights_dir=opts.weights_dir, size=size,
+                    shard=shard, model_path=opts.model_path, prompt_limit=opts.prompt_limit, image=opts.image,
+                    folder=folder, info=info)
 
 
 def effective_steps(r: Resolved) -> int:
     """The denoising steps the study's runs use: --steps / the study's, else the model's default."""
     if r.steps is not None:
         return r.steps
-    from ..models.registry import get_model_info
-
-    return get_model_info(r.model).default_steps
+    return r.model_info().default_steps
 
 
 def share_result(study: Study, r: Resolved, **extra: Any) -> dict:
@@ -117,9 +141,13 @@ def command(study: Study, r: Resolved) -> str:
     known = available_studies().get(study.name)
     # a shipped study may sit in a zip: compare where the files are, not as paths on disk
     name = study.name if known is not None and file_key(known) in (study.file, file_key(Path(study.file))) else study.file
-    args = ["lowbit-video", "ablate", name, "--model", r.model]
+    args = ["lowbit-video", "ablate", name]
+    if not r.folder:
+        args += ["--model", r.model]
     if r.model_path:
         args += ["--model-path", r.model_path]
+    if r.image:
+        args += ["--image", r.image]
     args += ["--prompts", r.prompts]
     if r.prompt_limit:
         args += ["--prompt-limit", str(r.prompt_limit)]

@@ -24,12 +24,10 @@ class Scored:
     metrics: list  # the study's metrics that apply to the model (what was scored)
 
 
-def applicable_metrics(metrics: Sequence[str], model: str) -> list[str]:
-    """The study's metrics that apply to `model` (adherence: the tiny-shapes model only)."""
+def applicable_metrics(metrics: Sequence[str], info) -> list[str]:
+    """The study's metrics that apply to the model of ModelInfo `info` (adherence: the tiny-shapes model only)."""
     from ..metrics.registry import find_metric
-    from ..models.registry import get_model_info
 
-    info = get_model_info(model)
     applies = {m: (spec := find_metric(m)) is None or spec.applies_to(info.name, info.family) for m in metrics}
     return [m for m in metrics if applies[m]]
 
@@ -41,7 +39,7 @@ def generate_and_score(r: Resolved, *, baseline: str, recipes: Sequence[str], me
     from ..evaluate import evaluate_runs
     from ..generate import generate
 
-    metrics = applicable_metrics(metrics, r.model)
+    metrics = applicable_metrics(metrics, r.model_info())
     gen = generate(r.generate_config(recipes=[baseline, *recipes], out=r.out, shard=r.spec), rep.generate_reporter())
     dirs = [x["dir"] for x in gen["runs"]]
     # This process scores the runs it owns (generate's split of the grid, which is evaluate's split of
