@@ -7,9 +7,9 @@
 * **Models.** `model` names a row of `lowbit-video models` (its checkpoint folder, `model_path`, is
   checked to be that model's before anything is written); `model=None` with `model_path` runs any
   diffusers text-to-video pipeline folder, filed under its pipeline class (models/pipeline.py) with the
-  pipeline's default settings; with `image` an image-to-video one, filed under its class and the image's
-  content digest (models/image_input.py). A pipeline that computes a size from its components is loaded before
-  the grid is planned, since the settings are part of what a complete run is compared on.
+  pipeline's default settings; with `image` an image-to-video one (`video`: a video-to-video one), filed under
+  its class and the file's content digest (models/conditioning.py). A pipeline that computes a size from its
+  components is loaded before the grid is planned, since the settings are part of what a complete run is compared on.
 * **Prompts.** `--prompt TEXT`, a prompts file, or VBench's standard suite (`--prompts vbench` or
   `vbench:<dimension>`, vbench_suite.py; each run's meta records its suite entry, so `evaluate`
   can score VBench's suite-only dimensions); `--prompt-limit N` keeps the first N.
@@ -115,6 +115,7 @@ class GenerateConfig:
     out: str | os.PathLike = DEFAULT_OUT
     model_path: str | None = None
     image: str | None = None                     # an image-to-video pipeline folder's conditioning image (a file)
+    video: str | None = None                     # a video-to-video pipeline folder's conditioning video (a file)
     device: str = "auto"                         # devices.resolve_device: CUDA when torch sees a GPU, else the CPU
     batch: int | None = None                     # seeds per model call (None: 1; see the module doc)
     capture_dir: str | None = None
@@ -309,13 +310,15 @@ def settle_from_model(res: Resolved, model: Any) -> None:
         setattr(res, key, getattr(s, key))
 
 
-def conditioning_image(cfg: GenerateConfig):
-    """cfg.image read and named by its content (models/image_input.py), None without one."""
-    if cfg.image is None:
-        return None
-    from .models.image_input import read_image
+def conditioning_input(cfg: GenerateConfig):
+    """cfg.image or cfg.video read and named by its content (models/conditioning.py), None without either."""
+    if cfg.image is not None and cfg.video is not None:
+        raise UserError("--image and --video: a pipeline is conditioned on one of them")
+    from .models.conditioning import read_image, read_video
 
-    return read_image(cfg.image)
+    if cfg.image is not None:
+        return read_image(cfg.image)
+    return read_video(cfg.video) if cfg.video is not None else None
 
 
 def resolve(cfg: GenerateConfig) -> Resolved:
@@ -329,17 +332,19 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     folder = cfg.model is None and cfg.model_path is not None
     # UserError naming the known models (also for an empty --model)
     info = None if folder else reg.get_model_info(DEFAULT_MODEL if cfg.model is None else cfg.model)
-    if cfg.image is not None and not folder:
-        raise UserError("--image conditions an image-to-video pipeline folder: pass --model-path DIR without "
-                        f"--model ({info.name} generates from text)")
+    given = "image" if cfg.image is not None else "video" if cfg.video is not None else None
+    if given is not None and not folder:
+        article = "an" if given == "image" else "a"
+        raise UserError(f"--{given} conditions {article} {given}-to-video pipeline folder: pass --model-path DIR "
+                        f"without --model ({info.name} generates from text)")
     if cfg.model_path is not None:
         if not Path(cfg.model_path).is_dir():
             why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"
             raise UserError(f"--model-path {cfg.model_path}: {why} ("
                             f"{info.name + ' loads' if info else 'pass'} a diffusers-format checkpoint folder from disk)")
         if folder:
-            # named after its pipeline class (and its conditioning image), with its __call__ defaults
-            info = reg.folder_info(cfg.model_path, conditioning_image(cfg))
+            # named after its pipeline class (and its conditioning input), with its __call__ defaults
+            info = reg.folder_info(cfg.model_path, conditioning_input(cfg))
         else:
             reg.check_model_folder(info.name, cfg.model_path)  # a folder of another model: before anything is written
     elif getattr(info, "needs_path", False):
@@ -721,7 +726,7 @@ def _load(model: Any, res: Resolved, cfg: GenerateConfig, device: str, rep: Repo
     t0 = time.perf_counter()
     # a folder run without --model loads as its pipeline class (registry.load_model(None, ...))
     name = None if cfg.model is None and cfg.model_path is not None else res.info.name
-    model = _registry().load_model(name, path=cfg.model_path, device=device, image=conditioning_image(cfg))
+    model = _registry().load_model(name, path=cfg.model_path, device=device, conditioning=conditioning_input(cfg))
     load_s = time.perf_counter() - t0
     rep.loaded(res.info.name, load_s)
     return model, load_s

@@ -76,12 +76,12 @@ class FakeRegistry:
     def check_model_folder(self, name, path):
         pass  # the real registry's checks of a folder are tested in test_models_registry.py
 
-    def folder_info(self, path, image=None):
+    def folder_info(self, path, conditioning=None):
         from lowbit_video.models.registry import folder_info
 
-        return folder_info(path, image)  # the real reading of a folder (its errors are the CLI's to show)
+        return folder_info(path, conditioning)  # the real reading of a folder (its errors are the CLI's to show)
 
-    def load_model(self, name, path=None, device="cpu", dtype=None, image=None):
+    def load_model(self, name, path=None, device="cpu", dtype=None, conditioning=None):
         self.loads += 1
         self.devices.append(device)
         return self.model

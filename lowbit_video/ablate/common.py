@@ -22,6 +22,7 @@ class AblateOptions:
     model: str | None = None
     model_path: str | None = None  # checkpoint folder of a real model (as generate --model-path)
     image: str | None = None       # an image-to-video pipeline folder's conditioning image (as generate --image)
+    video: str | None = None       # a video-to-video pipeline folder's conditioning video (as generate --video)
     prompts: str | None = None     # a prompts file, or VBench's suite: "vbench" / "vbench:<dimension>"
     prompt_limit: int | None = None
     seeds: Sequence[int] | None = None
@@ -38,7 +39,7 @@ class AblateOptions:
 @dataclass(frozen=True)
 class Resolved:
     """A study's effective settings. With `folder`, model is a pipeline folder's own name (generate --model-path
-    without --model: its pipeline class, and its conditioning image's) and `info` its ModelInfo."""
+    without --model: its pipeline class, and its conditioning image's or video's) and `info` its ModelInfo."""
 
     model: str
     prompts: str
@@ -52,6 +53,7 @@ class Resolved:
     model_path: str | None = None
     prompt_limit: int | None = None
     image: str | None = None
+    video: str | None = None
     folder: bool = False
     info: Any = None  # the folder's ModelInfo (folder runs)
 
@@ -60,7 +62,8 @@ class Resolved:
         from ..generate import GenerateConfig
 
         return GenerateConfig(model=None if self.folder else self.model, model_path=self.model_path,
-                              image=self.image, prompts_file=self.prompts, prompt_limit=self.prompt_limit,
+                              image=self.image, video=self.video, prompts_file=self.prompts,
+                              prompt_limit=self.prompt_limit,
                               seeds=list(self.seeds), steps=self.steps, device=self.device, **self.size, **kw)
 
     def model_info(self):
@@ -102,23 +105,25 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     from ..runstore import check_output
 
     check_output(opts.out, "--out")  # before any model is loaded
-    # a pipeline folder without --model runs as generate runs it: named after its pipeline class (and image)
+    # a pipeline folder without --model runs as generate runs it: named after its pipeline class (and input)
     folder = opts.model is None and opts.model_path is not None
-    if opts.image is not None and not folder:
-        raise UserError("--image conditions an image-to-video pipeline folder: pass --model-path DIR without "
-                        "--model")
+    given = "image" if opts.image is not None else "video" if opts.video is not None else None
+    if given is not None and not folder:
+        article = "an" if given == "image" else "a"
+        raise UserError(f"--{given} conditions {article} {given}-to-video pipeline folder: pass --model-path DIR "
+                        "without --model")
     info = None
     if folder:
         from ..generate import GenerateConfig
         from ..generate import resolve as plan
 
-        info = plan(GenerateConfig(model=None, model_path=opts.model_path, image=opts.image, out=opts.out,
-                                   device=opts.device)).info
+        info = plan(GenerateConfig(model=None, model_path=opts.model_path, image=opts.image, video=opts.video,
+                                   out=opts.out, device=opts.device)).info
     return Resolved(model=info.name if folder else opts.model or study.run.model,
                     prompts=opts.prompts or study.run.prompts, seeds=tuple(dict.fromkeys(seeds)), steps=steps,
                     out=Path(opts.out), device=resolve_device(opts.device), weights_dir=opts.weights_dir, size=size,
                     shard=shard, model_path=opts.model_path, prompt_limit=opts.prompt_limit, image=opts.image,
-                    folder=folder, info=info)
+                    video=opts.video, folder=folder, info=info)
 
 
 def effective_steps(r: Resolved) -> int:
@@ -148,6 +153,8 @@ def command(study: Study, r: Resolved) -> str:
         args += ["--model-path", r.model_path]
     if r.image:
         args += ["--image", r.image]
+    if r.video:
+        args += ["--video", r.video]
     args += ["--prompts", r.prompts]
     if r.prompt_limit:
         args += ["--prompt-limit", str(r.prompt_limit)]

@@ -105,8 +105,9 @@ def register(app: typer.Typer) -> None:
         study: Optional[str] = typer.Argument(None, help="Study name (see --list) or a study TOML file."),
         list_: bool = typer.Option(False, "--list", help="List the studies (name, description, file) and exit."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: the study's)."),
-        model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (real models; offline), as for generate: without --model, any text- or image-to-video pipeline folder, run as its pipeline class."),
+        model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder (real models; offline), as for generate: without --model, any text-, image- or video-to-video pipeline folder, run as its pipeline class."),
         image: Optional[str] = typer.Option(None, "--image", help="Conditioning image of an image-to-video pipeline folder (as for generate): every run of the study is conditioned on it."),
+        video: Optional[str] = typer.Option(None, "--video", help="Conditioning video of a video-to-video pipeline folder (as for generate --video), likewise."),
         prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt file (default: the study's), or VBench's suite: `vbench` or `vbench:<dimension>` (as for generate)."),
         prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts (as for generate)."),
         seeds: Optional[list[str]] = typer.Option(None, "--seeds", metavar="<list[int]>", help="Seeds, e.g. --seeds 0 1 2 or 0,1,2 (default: the study's)."),
@@ -154,7 +155,8 @@ def register(app: typer.Typer) -> None:
         device = resolve_device(device)
         loaded = load_study(study)
         spec = ShardSpec.from_cli_or_env(shard)
-        opts = AblateOptions(model=model, model_path=model_path, image=image, prompts=prompts, prompt_limit=prompt_limit,
+        opts = AblateOptions(model=model, model_path=model_path, image=image, video=video, prompts=prompts,
+                             prompt_limit=prompt_limit,
                              seeds=_seeds(seeds), steps=steps, out=str(out_dir),
                              device=device, weights_dir=weights_dir, shard=spec)
         # under torchrun only rank 0 draws progress and prints the result; the others print one line

@@ -48,6 +48,7 @@ def profile(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (see `lowbit-video models`; default: tiny-shapes, or with --model-path the folder's pipeline class), as for generate."),
     model_path: Optional[str] = typer.Option(None, "--model-path", help="Diffusers-format checkpoint folder of --model (as for generate)."),
     image: Optional[Path] = typer.Option(None, "--image", help="Conditioning image of an image-to-video pipeline folder (as for generate)."),
+    video: Optional[Path] = typer.Option(None, "--video", help="Conditioning video of a video-to-video pipeline folder (as for generate)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file or shipped prompt set (smoke, shapes), as for generate (default: prompts/smoke.txt)."),
     prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text instead of --prompts; several allowed."),
     prompt_limit: Optional[int] = typer.Option(None, "--prompt-limit", help="At most N prompts: the first N."),
@@ -81,7 +82,8 @@ def profile(
     from ..profile.run import ProfileConfig, run_profile
 
     clips = GenerateConfig(model=model, recipes=["fp16"], model_path=model_path,
-                           image=str(image) if image is not None else None, prompts=prompt or None,
+                           image=str(image) if image is not None else None,
+                           video=str(video) if video is not None else None, prompts=prompt or None,
                            prompts_file=str(prompts) if prompts is not None else None, prompt_limit=prompt_limit,
                            seeds=seeds or [0], steps=steps, guidance=guidance, height=height, width=width,
                            frames=frames, out=str(out_dir), device=device)

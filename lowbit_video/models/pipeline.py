@@ -35,7 +35,7 @@ import torch
 from ..errors import UserError
 from .base import ModelInfo, Settings, VideoModel, dtype_kwargs, pipeline_dtype, quiet_progress
 from .checkpoint import check_pipeline_folder, components, read_model_index
-from .image_input import ConditioningImage
+from .conditioning import Conditioning
 
 # Settings -> the pipeline __call__ argument that holds its default.
 CALL_ARGUMENTS = {"steps": "num_inference_steps", "guidance": "guidance_scale", "height": "height", "width": "width",
@@ -80,6 +80,8 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "CogVideoXPipeline": PipelineFacts(frames_form=True,
                                        derived={**_COG_SIZE, "frames": ("transformer.config.sample_frames",)}),
     "CogVideoXImageToVideoPipeline": PipelineFacts(frames_form=True, derived=_COG_SIZE),
+    "CogVideoXVideoToVideoPipeline": PipelineFacts(frames_form=True, derived=_COG_SIZE),
+    "WanVideoToVideoPipeline": PipelineFacts(vae_float32=True, frames_form=True),
     "LTXPipeline": PipelineFacts(frames_form=True),
     "LTXImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
     "LTX2ImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
@@ -148,28 +150,33 @@ def call_defaults(cls: type) -> dict[str, Any]:
     return out
 
 
-def check_text_to_video(cls: type, where: str, image: bool = False) -> None:
+def check_text_to_video(cls: type, where: str, given: str | None = None) -> None:
     """UserError unless `cls.__call__` takes a frame count (num_frames, or the class's `frames_argument`) and a
-    prompt and needs no other input; with `image` (generate --image), an image-to-video pipeline: one that takes
-    an `image` and needs nothing else."""
+    prompt and needs no other input; with `given` "image" (generate --image), an image-to-video pipeline: one that
+    takes an `image` and needs nothing else; "video" (generate --video), a video-to-video one, which may take its
+    frame count from the video instead."""
     params = inspect.signature(cls.__call__).parameters
     frames = call_arguments(cls)["frames"]
-    if frames not in params or "prompt" not in params:
+    if frames not in params and given is None and "video" in params and "prompt" in params:
+        raise UserError(f"{where}: {cls.__name__} needs video besides the prompt (a video-to-video pipeline: "
+                        "generate --video FILE)")
+    if (frames not in params and given != "video") or "prompt" not in params:
         raise UserError(f"{where}: {cls.__name__} is not a text-to-video pipeline (its __call__ takes no "
                         f"{frames if frames not in params else 'prompt'})")
-    if image and "image" not in params:
-        raise UserError(f"{where}: {cls.__name__} takes no image (a text-to-video pipeline); leave --image out")
-    given = ("self", "prompt", "image") if image else ("self", "prompt")
-    needed = [n for n, p in params.items() if n not in given and p.default is inspect.Parameter.empty
-              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not image and PIPELINE_FACTS.get(cls.__name__, PipelineFacts()).image_required:
+    if given is not None and given not in params:
+        kind = "an image-to-video" if "image" in params else "a text-to-video"
+        raise UserError(f"{where}: {cls.__name__} takes no {given} ({kind} pipeline); leave --{given} out")
+    needed = [n for n, p in params.items() if n not in ("self", "prompt", given)
+              and p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if given != "image" and PIPELINE_FACTS.get(cls.__name__, PipelineFacts()).image_required:
         needed = ["image", *needed]
-    if needed == ["image"]:
-        raise UserError(f"{where}: {cls.__name__} needs image besides the prompt (an image-to-video pipeline: "
-                        "generate --image FILE)")
+    if needed in (["image"], ["video"]):
+        article = "an" if needed[0] == "image" else "a"
+        raise UserError(f"{where}: {cls.__name__} needs {needed[0]} besides the prompt ({article} {needed[0]}-to-video "
+                        f"pipeline: generate --{needed[0]} FILE)")
     if needed:
         raise UserError(f"{where}: {cls.__name__} needs {', '.join(needed)} besides the prompt; generate runs "
-                        "text-to-video and image-to-video pipelines")
+                        "text-, image- and video-to-video pipelines")
 
 
 def slug(pipeline: str) -> str:
@@ -258,11 +265,12 @@ class DiffusersVideoModel(VideoModel):
     pipeline's default), `guidance_2` (Wan2.2 A14B's low-noise expert; None: same as guidance)."""
 
     def __init__(self, pipe, info: ModelInfo, *, device: torch.device, dtype: torch.dtype, path: str | None = None,
-                 image: ConditioningImage | None = None):
+                 conditioning: Conditioning | None = None):
         super().__init__(info, device=device, dtype=dtype, path=path)
         self.pipe = pipe
-        self.image = image  # an image-to-video pipeline's conditioning image, the same for every call
-        self._image = image.load() if image is not None else None
+        # an image- or video-to-video pipeline's conditioning input, the same for every call
+        self.conditioning = conditioning
+        self._input = conditioning.load() if conditioning is not None else None
         self.facts = PIPELINE_FACTS.get(type(pipe).__name__, PipelineFacts())
         self._params = inspect.signature(type(pipe).__call__).parameters
         self.max_sequence_length: int | None = None
@@ -272,10 +280,10 @@ class DiffusersVideoModel(VideoModel):
 
     @classmethod
     def load(cls, info: ModelInfo, spec: FolderSpec, *, path: str, device: torch.device,
-             dtype: torch.dtype | None = None, image: ConditioningImage | None = None) -> "DiffusersVideoModel":
+             dtype: torch.dtype | None = None, conditioning: Conditioning | None = None) -> "DiffusersVideoModel":
         index = check_folder(spec, path, info.name)
         klass = pipeline_class(str(index.get("_class_name")), str(path))
-        check_text_to_video(klass, str(path), image=image is not None)
+        check_text_to_video(klass, str(path), conditioning.kind if conditioning is not None else None)
         facts = PIPELINE_FACTS.get(klass.__name__, PipelineFacts())
         dtype = pipeline_dtype(dtype, device)
         try:
@@ -294,7 +302,7 @@ class DiffusersVideoModel(VideoModel):
         if facts.vae_tiling:
             pipe.vae.enable_tiling()
         quiet_progress(pipe)
-        return cls(pipe, info, device=device, dtype=dtype, path=str(path), image=image)
+        return cls(pipe, info, device=device, dtype=dtype, path=str(path), conditioning=conditioning)
 
     # -- VideoModel
 
@@ -317,7 +325,15 @@ class DiffusersVideoModel(VideoModel):
             self.info = replace(self.info, **{f"default_{s}": v for s, v in derived.items()})
         return super().resolve_settings(**given)
 
+    def _video_frames(self) -> int | None:
+        """The conditioning video's frame count where the pipeline takes its frames from it (no frame argument)."""
+        if self.facts.frames_argument in self._params or self.conditioning is None:
+            return None
+        return len(self._input) if self.conditioning.kind == "video" else None
+
     def _derived(self, setting: str) -> int | float | None:
+        if setting == "frames" and self._video_frames() is not None:
+            return self._video_frames()
         if setting == "guidance" and "guidance_scale" not in self._params:
             g = _attr(self.pipe, "guider.guidance_scale")  # pipelines guided by a guider object (HunyuanVideo-1.5)
             return float(g) if isinstance(g, (int, float)) else None
@@ -338,10 +354,14 @@ class DiffusersVideoModel(VideoModel):
     def _value(self, path: str) -> Any:
         """An attribute path of the pipeline, or with `image.` of the conditioning image."""
         if path.startswith("image."):
-            return _attr(self._image, path.removeprefix("image.")) if self._image is not None else None
+            image = self._input if self.conditioning is not None and self.conditioning.kind == "image" else None
+            return _attr(image, path.removeprefix("image.")) if image is not None else None
         return _attr(self.pipe, path)
 
     def _check_settings(self, s: Settings) -> None:
+        if self._video_frames() is not None and s.frames != self._video_frames():
+            raise UserError(f"{self.info.name}: {type(self.pipe).__name__} takes its frames from the video "
+                            f"({self._video_frames()}); leave --frames out")
         if "height" not in self._params:
             size = (self._derived("height"), self._derived("width"))
             if (s.height, s.width) != size:
@@ -356,6 +376,9 @@ class DiffusersVideoModel(VideoModel):
                             f"({self.facts.frames_fixed}), got {s.frames}")
         vt, vs = _first_attr(self.pipe, TEMPORAL), _first_attr(self.pipe, SPATIAL)
         if self.facts.frames_form and vt and (s.frames - 1) % vt:
+            if self._video_frames() is not None:
+                raise UserError(f"{self.info.name}: {type(self.pipe).__name__} takes the video's frames, which must "
+                                f"be {vt}k + 1; the video has {s.frames}")
             default = self.info.default_frames  # None where the pipeline computes it (LTX-2's duration head)
             example = default if default is not None and (default - 1) % vt == 0 else vt * 20 + 1
             raise UserError(f"{self.info.name}: frames must be {vt}k + 1 (e.g. {example}), got {s.frames}")
@@ -382,13 +405,13 @@ class DiffusersVideoModel(VideoModel):
                     "prompt_template": self.prompt_template}
         if getattr(self.pipe, "transformer_2", None) is not None:
             optional["guidance_scale_2"] = self.guidance_2 if self.guidance_2 is not None else s.guidance
-        for arg in ("height", "width"):
-            if arg not in self._params:  # sized by the pipeline itself (from the image: `PIPELINE_FACTS`)
+        for arg in ("height", "width", self.facts.frames_argument):
+            if arg not in self._params:  # given by the input itself (its image's size, its video's frames)
                 del kwargs[arg]
         kwargs.update(self.facts.call_extra)
         kwargs.update({k: v for k, v in optional.items() if v is not None and k in self._params})
-        if self._image is not None:
-            kwargs["image"] = self._image
+        if self.conditioning is not None:
+            kwargs[self.conditioning.kind] = self._input
         return kwargs
 
     def _sample(self, prompts, seeds, s: Settings, ctx, scheduler) -> np.ndarray:
@@ -427,25 +450,26 @@ class DiffusersVideoModel(VideoModel):
             "vae_scale_factor": [vt, vs, vs] if vt and vs else None,
             "vae_dtype": str(vae.dtype).replace("torch.", "") if vae is not None else None,
             "max_sequence_length": seq if isinstance(seq, int) else None,
-            "image": self.image.to_dict() if self.image is not None else None,
+            **({self.conditioning.kind: self.conditioning.to_dict()} if self.conditioning is not None else {}),
         }
 
 
-def folder_info(path: str | Path, image: ConditioningImage | None = None) -> ModelInfo:
+def folder_info(path: str | Path, conditioning: Conditioning | None = None) -> ModelInfo:
     """The ModelInfo of a pipeline folder run without --model: named after its pipeline class (slug), and with
-    `image` (an image-to-video pipeline's) after the image too; its defaults the pipeline __call__'s (None where
-    the pipeline computes them at call time)."""
+    `conditioning` (an image- or video-to-video pipeline's input) after that file too; its defaults the pipeline
+    __call__'s (None where the pipeline computes them at call time; a video-to-video pipeline's frames: the
+    video's)."""
     p = Path(path).expanduser()
     index = read_model_index(p)
     name = str(index.get("_class_name"))
     klass = pipeline_class(name, str(p))
-    check_text_to_video(klass, str(p), image=image is not None)
+    check_text_to_video(klass, str(p), conditioning.kind if conditioning is not None else None)
     d = call_defaults(klass)
     transformer = components(index).get("transformer", (None, None))[1]
     from .families import FACTS
 
     family = FACTS[transformer].name if transformer in FACTS else (transformer or name)
-    run_name = slug(name) if image is None else f"{slug(name)}-{image.key}"
+    run_name = slug(name) if conditioning is None else f"{slug(name)}-{conditioning.key}"
     return ModelInfo(run_name, family, f"{name} from a diffusers-format folder", str(p), True,
                      d["steps"], None if d["guidance"] is None else float(d["guidance"]), d["height"], d["width"],
                      d["frames"])

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import UserError
 from .base import ModelInfo, VideoModel
-from .image_input import ConditioningImage
+from .conditioning import Conditioning
 from .pipeline import FolderSpec, check_folder, folder_mismatch
 from .tiny_shapes_adapter import tiny_shapes_info
 
@@ -64,11 +64,11 @@ def folder_spec(name: str) -> FolderSpec:
     return _SPECS.get(name, FolderSpec())
 
 
-def folder_info(path: str, image: ConditioningImage | None = None) -> ModelInfo:
+def folder_info(path: str, conditioning: Conditioning | None = None) -> ModelInfo:
     """The row of a folder run without a model name (pipeline.folder_info)."""
     from .pipeline import folder_info as info_of
 
-    return info_of(path, image)
+    return info_of(path, conditioning)
 
 
 def _fits(name: str, path: str) -> bool:
@@ -116,23 +116,24 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def load_model(name: str | None, *, path: str | None = None, device: str = "cpu",
-               dtype: torch.dtype | None = None, image: ConditioningImage | None = None) -> "VideoModel":
+               dtype: torch.dtype | None = None, conditioning: Conditioning | None = None) -> "VideoModel":
     """Load `name` (a ModelInfo.name) onto `device`; `path` is the checkpoint folder of real models
     (tiny-shapes: optional, default the shipped weights). `name` None: the pipeline folder `path`, whatever
-    its family; `image` its conditioning image, for an image-to-video pipeline (image_input.py). Path problems
-    raise a one-line UserError."""
+    its family; `conditioning` its input, for an image- or video-to-video pipeline (conditioning.py). Path
+    problems raise a one-line UserError."""
     from .pipeline import DiffusersVideoModel
 
     info = get_model_info(name) if name is not None else None  # an unknown name first, then the device
-    if image is not None and info is not None:
-        raise UserError("--image conditions an image-to-video pipeline folder: pass --model-path DIR without "
-                        f"--model ({info.name} generates from text)")
+    if conditioning is not None and info is not None:
+        article = "an" if conditioning.kind == "image" else "a"
+        raise UserError(f"{conditioning.option} conditions {article} {conditioning.kind}-to-video pipeline folder: "
+                        f"pass --model-path DIR without --model ({info.name} generates from text)")
     dev = resolve_device(device)
     if info is None:
         if not path:
             raise UserError("pass a model name or --model-path DIR (a diffusers-format pipeline folder)")
-        return DiffusersVideoModel.load(folder_info(path, image), FolderSpec(), path=path, device=dev, dtype=dtype,
-                                        image=image)
+        return DiffusersVideoModel.load(folder_info(path, conditioning), FolderSpec(), path=path, device=dev,
+                                        dtype=dtype, conditioning=conditioning)
     if info.needs_path and not path:
         raise UserError(f"{name}: pass --model-path DIR, a diffusers-format folder of {name} (weights are never "
                         "downloaded)")

@@ -20,7 +20,8 @@ from typing import Callable
 
 import torch
 
-from .tiny_checkpoints import _inference_mode, tiny_t5, tiny_wan_vae, word_tokenizer
+from .tiny_checkpoints import (_inference_mode, tiny_cogvideox_pipeline, tiny_t5, tiny_wan_pipeline, tiny_wan_vae,
+                              word_tokenizer)
 
 HEAD_DIM = 32
 LATTE_FRAMES = 4
@@ -451,13 +452,32 @@ TINY_I2V_PIPELINES: dict[str, Callable[..., object]] = {
 }
 
 
+def _video_to_video(pipeline_class: str, text_to_video):
+    """A video-to-video pipeline on a text-to-video one's components (the video's latents, noised by the strength,
+    are where denoising starts)."""
+    import diffusers
+
+    def build(seed: int = 0):
+        c = text_to_video(seed=seed).components
+        return getattr(diffusers, pipeline_class)(**{k: c[k] for k in ("tokenizer", "text_encoder", "vae",
+                                                                      "transformer", "scheduler")})
+    return build
+
+
+# video-to-video pipelines (generate --video)
+TINY_V2V_PIPELINES: dict[str, Callable[..., object]] = {
+    "cogvideox-v2v": _video_to_video("CogVideoXVideoToVideoPipeline", tiny_cogvideox_pipeline),
+    "wan-v2v": _video_to_video("WanVideoToVideoPipeline", tiny_wan_pipeline),
+}
+
+
 def save_tiny_pipeline(name: str, path: str | Path, *, seed: int = 0) -> Path:
-    """Write the tiny pipeline `name` (a key of TINY_PIPELINES or TINY_I2V_PIPELINES) to `path` in diffusers format;
-    returns it."""
+    """Write the tiny pipeline `name` (a key of TINY_PIPELINES, TINY_I2V_PIPELINES or TINY_V2V_PIPELINES) to
+    `path` in diffusers format; returns it."""
     path = Path(path)
-    build = TINY_PIPELINES.get(name) or TINY_I2V_PIPELINES[name]
+    build = TINY_PIPELINES.get(name) or TINY_I2V_PIPELINES.get(name) or TINY_V2V_PIPELINES[name]
     _inference_mode(build(seed)).save_pretrained(str(path), safe_serialization=True)
     return path
 
 
-__all__ = ["LATTE_FRAMES", "TINY_I2V_PIPELINES", "TINY_PIPELINES", "save_tiny_pipeline"]
+__all__ = ["LATTE_FRAMES", "TINY_I2V_PIPELINES", "TINY_PIPELINES", "TINY_V2V_PIPELINES", "save_tiny_pipeline"]
