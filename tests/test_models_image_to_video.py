@@ -26,7 +26,7 @@ SIZE = ["--height", "32", "--width", "32", "--frames", "9"]
 runner = CliRunner()
 CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline",
          "cogvideox-i2v": "CogVideoXImageToVideoPipeline", "wan2.1-i2v": "WanImageToVideoPipeline",
-         "skyreels-v2-i2v": "SkyReelsV2ImageToVideoPipeline",
+         "skyreels-v2-i2v": "SkyReelsV2ImageToVideoPipeline", "ltx-condition": "LTXConditionPipeline",
          "hunyuanvideo-1.5-i2v": "HunyuanVideo15ImageToVideoPipeline"}
 # HunyuanVideo-1.5's pipeline takes no height or width: it sizes the clip from the image (32 x 32) and its
 # transformer's target size (16), to 16 x 16

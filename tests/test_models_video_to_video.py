@@ -23,7 +23,10 @@ from lowbit_video.video_io import write_frames_npz, write_mp4  # noqa: E402
 
 PROMPT = "a red circle moving right"
 runner = CliRunner()
-CASES = {"cogvideox-v2v": "CogVideoXVideoToVideoPipeline", "wan-v2v": "WanVideoToVideoPipeline"}
+CASES = {"cogvideox-v2v": "CogVideoXVideoToVideoPipeline", "wan-v2v": "WanVideoToVideoPipeline",
+         "ltx-condition": "LTXConditionPipeline"}
+# LTX-Video's condition pipeline takes a frame count beside the video (which conditions the clip from frame 0)
+TAKES_FRAMES = {"ltx-condition"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,8 @@ def _one_error_line(res):
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_video_to_video_folder_generates_diffusers_clip_of_the_video(world, tmp_path, name):
     folders, videos, frames = world
-    res = _generate(folders[name], tmp_path / "runs", "--video", str(videos["clip"]))
+    given_frames = ["--frames", "9"] if name in TAKES_FRAMES else []
+    res = _generate(folders[name], tmp_path / "runs", "--video", str(videos["clip"]), *given_frames)
     assert res.exit_code == 0, res.stderr
     runs = {r["recipe"]: Path(r["dir"]) for r in json.loads(res.stdout)["runs"]}
     digest = hashlib.sha256(videos["clip"].read_bytes()).hexdigest()
@@ -66,7 +70,7 @@ def test_a_video_to_video_folder_generates_diffusers_clip_of_the_video(world, tm
     assert {d.relative_to(tmp_path / "runs").parts[0] for d in runs.values()} == {model}
     metas = {r: json.loads((d / "meta.json").read_text()) for r, d in runs.items()}
     assert metas["fp16"]["model"]["describe"]["video"] == {"path": str(videos["clip"].resolve()), "sha256": digest}
-    assert metas["fp16"]["size"]["frames"] == 9  # the video's
+    assert metas["fp16"]["size"]["frames"] == 9  # the video's, or as given
 
     # fp16 is diffusers' own call with that video (bfloat16, the seed's CPU generator), up to the 8-bit rounding
     import diffusers
@@ -83,7 +87,8 @@ def test_a_video_to_video_folder_generates_diffusers_clip_of_the_video(world, tm
         with torch.no_grad():
             plain = pipe(prompt=PROMPT, video=[Image.fromarray(f) for f in frames], height=32, width=32,
                          num_inference_steps=2, guidance_scale=metas["fp16"]["guidance"],
-                         generator=torch.Generator("cpu").manual_seed(1), output_type="np").frames
+                         generator=torch.Generator("cpu").manual_seed(1), output_type="np",
+                         **({"num_frames": 9} if name in TAKES_FRAMES else {})).frames
     plain = np.clip(np.asarray(plain, np.float32)[0], 0, 1)
     ours = np.load(runs["fp16"] / "frames.npz")["frames"]
     assert ours.shape == plain.shape == (9, 32, 32, 3)

@@ -84,6 +84,7 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "WanVideoToVideoPipeline": PipelineFacts(vae_float32=True, frames_form=True),
     "LTXPipeline": PipelineFacts(frames_form=True),
     "LTXImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
+    "LTXConditionPipeline": PipelineFacts(frames_form=True),
     "LTX2ImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
     "AllegroPipeline": PipelineFacts(vae_tiling=True, derived={
         "height": ("transformer.config.sample_height", "vae_scale_factor_spatial"),

@@ -443,9 +443,20 @@ def tiny_cogvideox_i2v_pipeline(seed: int = 0):
                                          transformer=transformer, scheduler=c["scheduler"])
 
 
+def tiny_ltx_condition_pipeline(seed: int = 0):
+    """LTX-Video's condition pipeline (0.9.5 and later): text-to-video, or conditioned on an image or a video
+    (placed at frame 0), on the text-to-video pipeline's components."""
+    from diffusers import LTXConditionPipeline
+
+    from .tiny_checkpoints import tiny_ltx_pipeline
+
+    return LTXConditionPipeline(**tiny_ltx_pipeline(seed=seed).components)
+
+
 # image-to-video pipelines (generate --image)
 TINY_I2V_PIPELINES: dict[str, Callable[..., object]] = {
     "ltx-i2v": tiny_ltx_i2v_pipeline, "wan2.2-ti2v-i2v": tiny_wan_ti2v_i2v_pipeline,
+    "ltx-condition": tiny_ltx_condition_pipeline,
     "cogvideox-i2v": tiny_cogvideox_i2v_pipeline, "wan2.1-i2v": tiny_wan21_i2v_pipeline,
     "skyreels-v2-i2v": lambda seed=0: _skyreels("SkyReelsV2ImageToVideoPipeline", seed, image=True),
     "hunyuanvideo-1.5-i2v": tiny_hunyuan_video15_i2v_pipeline,
