@@ -5,25 +5,22 @@ the mistakes around it are one line."""
 import hashlib
 import json
 import shlex
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
+from conditioned_helpers import (PROMPT, check_fp16_is_diffusers_and_quantized_differs,  # noqa: E402
+                                 conditioned_runs, diffusers_clip, generate, one_error_line, runner,
+                                 save_folders)
 from PIL import Image  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
 from lowbit_video.cli import app  # noqa: E402
-from lowbit_video.models.tiny_pipelines import save_tiny_pipeline  # noqa: E402
 
-PROMPT = "a red circle moving right"
 SIZE = ["--height", "32", "--width", "32", "--frames", "9"]
-runner = CliRunner()
 CASES = {"ltx-i2v": "LTXImageToVideoPipeline", "wan2.2-ti2v-i2v": "WanImageToVideoPipeline",
          "cogvideox-i2v": "CogVideoXImageToVideoPipeline", "wan2.1-i2v": "WanImageToVideoPipeline",
          "skyreels-v2-i2v": "SkyReelsV2ImageToVideoPipeline", "ltx-condition": "LTXConditionPipeline",
@@ -36,10 +33,7 @@ SIZED_BY_IMAGE = {"hunyuanvideo-1.5-i2v": (16, 16)}
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("i2v")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        folders = {name: save_tiny_pipeline(name, root / name) for name in CASES}
-        folders["mochi"] = save_tiny_pipeline("mochi", root / "mochi")  # a text-to-video one
+    folders = save_folders(root, [*CASES, "mochi"])  # mochi: a text-to-video one
     rng = np.random.default_rng(0)
     images = {}
     for stem in ("cat", "dog"):
@@ -48,68 +42,27 @@ def world(tmp_path_factory):
     return folders, images
 
 
-def _generate(folder, out, *extra, recipes=("fp16", "sage2-int8")):
-    args = ["generate", "--model-path", str(folder), *[a for r in recipes for a in ("--recipe", r)], "--steps", "2",
-            "--prompt", PROMPT, "--seeds", "1", "--out", str(out), *extra, "--json"]
-    return runner.invoke(app, args)
-
-
-def _one_error_line(res):
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert res.exit_code == 2 and errors == lines[-1:] and "Traceback" not in res.stderr, res.stderr
-    return errors[0]
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_an_image_to_video_folder_generates_diffusers_clip_of_the_image(world, tmp_path, name):
     folders, images = world
     size = SIZE if name not in SIZED_BY_IMAGE else ["--frames", "9"]
     height, width = SIZED_BY_IMAGE.get(name, (32, 32))
-    res = _generate(folders[name], tmp_path / "runs", *size, "--image", str(images["cat"]))
-    assert res.exit_code == 0, res.stderr
-    runs = {r["recipe"]: Path(r["dir"]) for r in json.loads(res.stdout)["runs"]}
-    # the runs are filed under the pipeline and the image's content
-    digest = hashlib.sha256(images["cat"].read_bytes()).hexdigest()
-    model = f"{CASES[name].removesuffix('Pipeline').lower()}-cat-{digest[:10]}"
-    assert {d.relative_to(tmp_path / "runs").parts[0] for d in runs.values()} == {model}
-    metas = {r: json.loads((d / "meta.json").read_text()) for r, d in runs.items()}
-    assert metas["fp16"]["model"]["describe"]["image"] == {"path": str(images["cat"].resolve()), "sha256": digest}
-
-    # fp16 is diffusers' own call with that image (bfloat16, the seed's CPU generator), up to the 8-bit rounding
-    import diffusers
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        extra = {}
-        if name.startswith("wan"):  # Wan's VAE in float32, as its examples load it
-            extra["vae"] = diffusers.AutoencoderKLWan.from_pretrained(str(folders[name]), subfolder="vae",
-                                                                      torch_dtype=torch.float32)
-        pipe = getattr(diffusers, CASES[name]).from_pretrained(str(folders[name]), torch_dtype=torch.bfloat16,
-                                                               **extra)
-        pipe.set_progress_bar_config(disable=True)
-        sized = {"height": 32, "width": 32} if name not in SIZED_BY_IMAGE else {}
-        guidance = {"guidance_scale": metas["fp16"]["guidance"]} if name != "hunyuanvideo-1.5-i2v" else {}
-        with torch.no_grad():
-            plain = pipe(prompt=PROMPT, image=Image.open(images["cat"]).convert("RGB"), num_frames=9,
-                         num_inference_steps=2, generator=torch.Generator("cpu").manual_seed(1), output_type="np",
-                         **sized, **guidance).frames
-    plain = np.clip(np.asarray(plain, np.float32)[0], 0, 1)
-    ours = np.load(runs["fp16"] / "frames.npz")["frames"]
-    assert ours.shape == plain.shape == (9, height, width, 3)
-    assert np.abs(ours.astype(np.int16) - np.round(plain * 255).astype(np.int16)).max() <= 1
-
-    calls = metas["sage2-int8"]["attention_calls"]
-    assert calls["quantized"] > 0 and calls["fallback"] == 0 and calls["engine"] == 0
-    assert not np.array_equal(np.load(runs["sage2-int8"] / "frames.npz")["frames"], ours)
+    res = generate(folders[name], tmp_path / "runs", *size, "--image", str(images["cat"]))
+    runs, metas = conditioned_runs(res, tmp_path / "runs", CASES[name], "image", images["cat"])
+    # fp16 is diffusers' own call with that image, up to the 8-bit rounding
+    sized = {"height": 32, "width": 32} if name not in SIZED_BY_IMAGE else {}
+    guidance = {"guidance_scale": metas["fp16"]["guidance"]} if name != "hunyuanvideo-1.5-i2v" else {}
+    plain = diffusers_clip(CASES[name], folders[name], image=Image.open(images["cat"]).convert("RGB"), num_frames=9,
+                           **sized, **guidance)
+    check_fp16_is_diffusers_and_quantized_differs(runs, metas, plain, (9, height, width, 3))
 
 
 def test_another_image_is_another_run_and_the_same_image_resumes(world, tmp_path):
     folders, images = world
     out = tmp_path / "runs"
-    first = _generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["cat"]), recipes=("fp16",))
-    again = _generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["cat"]), recipes=("fp16",))
-    other = _generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["dog"]), recipes=("fp16",))
+    first = generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["cat"]), recipes=("fp16",))
+    again = generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["cat"]), recipes=("fp16",))
+    other = generate(folders["ltx-i2v"], out, *SIZE, "--image", str(images["dog"]), recipes=("fp16",))
     assert first.exit_code == again.exit_code == other.exit_code == 0
     assert (json.loads(again.stdout)["generated"], json.loads(again.stdout)["skipped"]) == (0, 1)
     assert json.loads(other.stdout)["generated"] == 1
@@ -138,8 +91,8 @@ def test_image_mistakes_are_one_line_and_write_nothing(world, tmp_path, case, ne
             "missing": (folders["ltx-i2v"], "--image", str(tmp_path / "nothing.png")),
             "not-an-image": (folders["ltx-i2v"], "--image", str(junk)),
             "size-of-image": (folders["hunyuanvideo-1.5-i2v"], "--image", str(images["cat"]))}[case]
-    res = _generate(args[0], tmp_path / "runs", *SIZE, *args[1:], recipes=("fp16",))
-    assert needle in _one_error_line(res)
+    res = generate(args[0], tmp_path / "runs", *SIZE, *args[1:], recipes=("fp16",))
+    assert needle in one_error_line(res)
     assert not (tmp_path / "runs").exists()
 
 
@@ -190,5 +143,5 @@ def test_a_study_with_image_and_a_named_model_is_one_line(world, tmp_path):
     folders, images = world
     res = runner.invoke(app, ["ablate", "table3", "--model", "wan2.1-t2v-1.3b", "--model-path",
                               str(folders["ltx-i2v"]), "--image", str(images["cat"]), "--out", str(tmp_path / "o")])
-    assert "--image conditions an image-to-video pipeline folder" in _one_error_line(res)
+    assert "--image conditions an image-to-video pipeline folder" in one_error_line(res)
     assert not (tmp_path / "o").exists()
