@@ -69,6 +69,8 @@ def test_an_mp4_conditions_the_run_as_its_decoded_frames(world, tmp_path):
     ("frames", "CogVideoXVideoToVideoPipeline takes its frames from the video (9); leave --frames out"),
     ("ten-frames", "CogVideoXVideoToVideoPipeline takes the video's frames, which must be 4k + 1; the video has 10"),
     ("both", "--image and --video: a pipeline is conditioned on one of them"),
+    ("image-on-video-to-video", "CogVideoXVideoToVideoPipeline takes no image (a video-to-video pipeline); leave "
+                                "--image out"),
     ("named-model", "--video conditions a video-to-video pipeline folder: pass --model-path DIR without --model"),
     ("not-a-video", "--video"),
 ])
@@ -76,12 +78,15 @@ def test_video_mistakes_are_one_line_and_write_nothing(world, tmp_path, case, ne
     folders, videos, _ = world
     junk = tmp_path / "junk.mp4"
     junk.write_text("not a video")
+    image = tmp_path / "frame.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
     cog = folders["cogvideox-v2v"]
     args = {"no-video": (cog,),
             "image-to-video": (folders["ltx-i2v"], "--video", str(videos["clip"])),
             "frames": (cog, "--video", str(videos["clip"]), "--frames", "13"),
             "ten-frames": (cog, "--video", str(videos["ten"])),
             "both": (cog, "--video", str(videos["clip"]), "--image", str(junk)),
+            "image-on-video-to-video": (cog, "--image", str(image)),
             "named-model": (cog, "--model", "wan2.1-t2v-1.3b", "--video", str(videos["clip"])),
             "not-a-video": (cog, "--video", str(junk))}[case]
     res = _generate(args[0], tmp_path / "runs", *args[1:], recipes=("fp16",))

@@ -158,15 +158,17 @@ def check_text_to_video(cls: type, where: str, given: str | None = None) -> None
     frame count from the video instead."""
     params = inspect.signature(cls.__call__).parameters
     frames = call_arguments(cls)["frames"]
-    if frames not in params and given is None and "video" in params and "prompt" in params:
+    video_to_video = frames not in params and "video" in params  # its frames are the video's
+    if given is not None and given not in params:
+        kind = ("an image-to-video" if "image" in params else "a video-to-video" if video_to_video
+                else "a text-to-video")
+        raise UserError(f"{where}: {cls.__name__} takes no {given} ({kind} pipeline); leave --{given} out")
+    if video_to_video and given is None and "prompt" in params:
         raise UserError(f"{where}: {cls.__name__} needs video besides the prompt (a video-to-video pipeline: "
                         "generate --video FILE)")
     if (frames not in params and given != "video") or "prompt" not in params:
         raise UserError(f"{where}: {cls.__name__} is not a text-to-video pipeline (its __call__ takes no "
                         f"{frames if frames not in params else 'prompt'})")
-    if given is not None and given not in params:
-        kind = "an image-to-video" if "image" in params else "a text-to-video"
-        raise UserError(f"{where}: {cls.__name__} takes no {given} ({kind} pipeline); leave --{given} out")
     needed = [n for n, p in params.items() if n not in ("self", "prompt", given)
               and p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if given != "image" and PIPELINE_FACTS.get(cls.__name__, PipelineFacts()).image_required:
