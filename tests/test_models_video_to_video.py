@@ -17,9 +17,9 @@ from PIL import Image  # noqa: E402
 
 from lowbit_video.video_io import write_frames_npz, write_mp4  # noqa: E402
 CASES = {"cogvideox-v2v": "CogVideoXVideoToVideoPipeline", "wan-v2v": "WanVideoToVideoPipeline",
-         "ltx-condition": "LTXConditionPipeline"}
-# LTX-Video's condition pipeline takes a frame count beside the video (which conditions the clip from frame 0)
-TAKES_FRAMES = {"ltx-condition"}
+         "ltx-condition": "LTXConditionPipeline", "wan-vace": "WanVACEPipeline"}
+# LTX-Video's condition pipeline and Wan VACE take a frame count beside the video
+TAKES_FRAMES = {"ltx-condition", "wan-vace"}
 
 
 @pytest.fixture(scope="module")

@@ -82,6 +82,7 @@ PIPELINE_FACTS: dict[str, PipelineFacts] = {
     "CogVideoXImageToVideoPipeline": PipelineFacts(frames_form=True, derived=_COG_SIZE),
     "CogVideoXVideoToVideoPipeline": PipelineFacts(frames_form=True, derived=_COG_SIZE),
     "WanVideoToVideoPipeline": PipelineFacts(vae_float32=True, frames_form=True),
+    "WanVACEPipeline": PipelineFacts(vae_float32=True, frames_form=True),
     "LTXPipeline": PipelineFacts(frames_form=True),
     "LTXImageToVideoPipeline": PipelineFacts(frames_form=True, image_required=True),
     "LTXConditionPipeline": PipelineFacts(frames_form=True),

@@ -475,10 +475,25 @@ def _video_to_video(pipeline_class: str, text_to_video):
     return build
 
 
+def tiny_wan_vace_pipeline(seed: int = 0):
+    """Wan VACE: a video (here the only condition: no mask, no reference images) enters through VACE blocks beside
+    the transformer's own (one here, at block 0; 96 = 16 latent channels x 2 (inactive and reactive) + 64 mask
+    channels)."""
+    from diffusers import WanVACEPipeline, WanVACETransformer3DModel
+
+    from .tiny_checkpoints import tiny_wan_transformer_config
+
+    c = tiny_wan_pipeline(seed=seed).components
+    torch.manual_seed(seed)
+    transformer = WanVACETransformer3DModel(**tiny_wan_transformer_config(vace_layers=[0], vace_in_channels=96))
+    return WanVACEPipeline(tokenizer=c["tokenizer"], text_encoder=c["text_encoder"], vae=c["vae"],
+                           scheduler=c["scheduler"], transformer=transformer)
+
+
 # video-to-video pipelines (generate --video)
 TINY_V2V_PIPELINES: dict[str, Callable[..., object]] = {
     "cogvideox-v2v": _video_to_video("CogVideoXVideoToVideoPipeline", tiny_cogvideox_pipeline),
-    "wan-v2v": _video_to_video("WanVideoToVideoPipeline", tiny_wan_pipeline),
+    "wan-v2v": _video_to_video("WanVideoToVideoPipeline", tiny_wan_pipeline), "wan-vace": tiny_wan_vace_pipeline,
 }
 
 
