@@ -176,6 +176,7 @@ class Resolved:
     compiled: bool = False
     runs: list[Run] = field(default_factory=list)
     suite: dict[str, dict] = field(default_factory=dict)  # prompt -> its VBench suite entry (vbench_suite.py)
+    conditioning: Any = None  # models/conditioning.Conditioning of --image / --video, read once here
 
 
 # ------------------------------------------------------------------------------------ resolving
@@ -334,9 +335,10 @@ def resolve(cfg: GenerateConfig) -> Resolved:
     info = None if folder else reg.get_model_info(DEFAULT_MODEL if cfg.model is None else cfg.model)
     given = "image" if cfg.image is not None else "video" if cfg.video is not None else None
     if given is not None and not folder:
-        article = "an" if given == "image" else "a"
-        raise UserError(f"--{given} conditions {article} {given}-to-video pipeline folder: pass --model-path DIR "
-                        f"without --model ({info.name} generates from text)")
+        from .models.conditioning import folder_only
+
+        raise folder_only(given, info.name)
+    conditioning = None
     if cfg.model_path is not None:
         if not Path(cfg.model_path).is_dir():
             why = "not a folder" if Path(cfg.model_path).exists() else "no such directory"
@@ -344,7 +346,8 @@ def resolve(cfg: GenerateConfig) -> Resolved:
                             f"{info.name + ' loads' if info else 'pass'} a diffusers-format checkpoint folder from disk)")
         if folder:
             # named after its pipeline class (and its conditioning input), with its __call__ defaults
-            info = reg.folder_info(cfg.model_path, conditioning_input(cfg))
+            conditioning = conditioning_input(cfg)
+            info = reg.folder_info(cfg.model_path, conditioning)
         else:
             reg.check_model_folder(info.name, cfg.model_path)  # a folder of another model: before anything is written
     elif getattr(info, "needs_path", False):
@@ -360,6 +363,7 @@ def resolve(cfg: GenerateConfig) -> Resolved:
         guidance=_setting(float, cfg.guidance, info.default_guidance),
         height=_setting(int, cfg.height, info.default_height), width=_setting(int, cfg.width, info.default_width),
         frames=_setting(int, cfg.frames, info.default_frames), compiled=bool(cfg.compile),
+        conditioning=conditioning,
     )
     res.runs = [Run(runstore.run_dir(cfg.out, info.name, r.name, p, s), info.name, r, p, s)
                 for r in recipes for p in prompts for s in seeds]
@@ -726,7 +730,7 @@ def _load(model: Any, res: Resolved, cfg: GenerateConfig, device: str, rep: Repo
     t0 = time.perf_counter()
     # a folder run without --model loads as its pipeline class (registry.load_model(None, ...))
     name = None if cfg.model is None and cfg.model_path is not None else res.info.name
-    model = _registry().load_model(name, path=cfg.model_path, device=device, conditioning=conditioning_input(cfg))
+    model = _registry().load_model(name, path=cfg.model_path, device=device, conditioning=res.conditioning)
     load_s = time.perf_counter() - t0
     rep.loaded(res.info.name, load_s)
     return model, load_s

@@ -89,12 +89,11 @@ def ensure_captures(r: Resolved, cap: CaptureParams, reporter: Reporter | None =
         model = None
         for run, want in todo:
             if model is None:
-                from ..generate import conditioning_input
                 from ..models.registry import load_model
 
                 model = load_model(None if r.folder else res.info.name, path=r.model_path,
                                    device=distributed.device_for(r.device, spec),
-                                   conditioning=conditioning_input(cfg))
+                                   conditioning=res.conditioning)
             if run.dir.is_dir():
                 for p in run.dir.iterdir():  # stale files of other settings
                     if p.is_file():

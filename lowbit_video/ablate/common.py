@@ -109,9 +109,9 @@ def resolve(study: Study, opts: AblateOptions) -> Resolved:
     folder = opts.model is None and opts.model_path is not None
     given = "image" if opts.image is not None else "video" if opts.video is not None else None
     if given is not None and not folder:
-        article = "an" if given == "image" else "a"
-        raise UserError(f"--{given} conditions {article} {given}-to-video pipeline folder: pass --model-path DIR "
-                        "without --model")
+        from ..models.conditioning import folder_only
+
+        raise folder_only(given)
     info = None
     if folder:
         from ..generate import GenerateConfig

@@ -28,10 +28,6 @@ class Conditioning:
         """'<file stem slug>-<sha256 prefix>': the input's part of a run's model name."""
         return f"{safe_name(Path(self.path).stem, 24)}-{self.sha256[:HASH_CHARS]}"
 
-    @property
-    def option(self) -> str:
-        return f"--{self.kind}"
-
     def load(self):
         """What diffusers' pipelines take: an RGB PIL image, or a video as a list of them."""
         from PIL import Image
@@ -43,6 +39,18 @@ class Conditioning:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "sha256": self.sha256}
+
+
+def pipeline_kind(kind: str) -> str:
+    """'an image-to-video' / 'a video-to-video' / 'a text-to-video': the kind of pipeline an input names."""
+    return f"{'an' if kind == 'image' else 'a'} {kind}-to-video"
+
+
+def folder_only(kind: str, model: str | None = None) -> UserError:
+    """The one-line error for --image / --video beside a named --model (they condition a pipeline folder)."""
+    why = f" ({model} generates from text)" if model else ""
+    return UserError(f"--{kind} conditions {pipeline_kind(kind)} pipeline folder: pass --model-path DIR without "
+                     f"--model{why}")
 
 
 def _video_frames(path: Path):
@@ -90,4 +98,4 @@ def read_video(path: str | Path) -> Conditioning:
     return Conditioning("video", str(p.resolve()), hashlib.sha256(data).hexdigest())
 
 
-__all__ = ["Conditioning", "read_image", "read_video"]
+__all__ = ["Conditioning", "folder_only", "pipeline_kind", "read_image", "read_video"]

@@ -35,7 +35,7 @@ import torch
 from ..errors import UserError
 from .base import ModelInfo, Settings, VideoModel, dtype_kwargs, pipeline_dtype, quiet_progress
 from .checkpoint import check_pipeline_folder, components, read_model_index
-from .conditioning import Conditioning
+from .conditioning import Conditioning, pipeline_kind
 
 # Settings -> the pipeline __call__ argument that holds its default.
 CALL_ARGUMENTS = {"steps": "num_inference_steps", "guidance": "guidance_scale", "height": "height", "width": "width",
@@ -161,12 +161,11 @@ def check_text_to_video(cls: type, where: str, given: str | None = None) -> None
     frames = call_arguments(cls)["frames"]
     video_to_video = frames not in params and "video" in params  # its frames are the video's
     if given is not None and given not in params:
-        kind = ("an image-to-video" if "image" in params else "a video-to-video" if video_to_video
-                else "a text-to-video")
+        kind = pipeline_kind("image" if "image" in params else "video" if video_to_video else "text")
         raise UserError(f"{where}: {cls.__name__} takes no {given} ({kind} pipeline); leave --{given} out")
     if video_to_video and given is None and "prompt" in params:
-        raise UserError(f"{where}: {cls.__name__} needs video besides the prompt (a video-to-video pipeline: "
-                        "generate --video FILE)")
+        raise UserError(f"{where}: {cls.__name__} needs video besides the prompt ({pipeline_kind('video')} "
+                        "pipeline: generate --video FILE)")
     if (frames not in params and given != "video") or "prompt" not in params:
         raise UserError(f"{where}: {cls.__name__} is not a text-to-video pipeline (its __call__ takes no "
                         f"{frames if frames not in params else 'prompt'})")
@@ -175,8 +174,7 @@ def check_text_to_video(cls: type, where: str, given: str | None = None) -> None
     if given != "image" and PIPELINE_FACTS.get(cls.__name__, PipelineFacts()).image_required:
         needed = ["image", *needed]
     if needed in (["image"], ["video"]):
-        article = "an" if needed[0] == "image" else "a"
-        raise UserError(f"{where}: {cls.__name__} needs {needed[0]} besides the prompt ({article} {needed[0]}-to-video "
+        raise UserError(f"{where}: {cls.__name__} needs {needed[0]} besides the prompt ({pipeline_kind(needed[0])} "
                         f"pipeline: generate --{needed[0]} FILE)")
     if needed:
         raise UserError(f"{where}: {cls.__name__} needs {', '.join(needed)} besides the prompt; generate runs "

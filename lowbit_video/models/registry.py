@@ -20,7 +20,7 @@ import torch
 
 from ..errors import UserError
 from .base import ModelInfo, VideoModel
-from .conditioning import Conditioning
+from .conditioning import Conditioning, folder_only
 from .pipeline import FolderSpec, check_folder, folder_mismatch
 from .tiny_shapes_adapter import tiny_shapes_info
 
@@ -125,9 +125,7 @@ def load_model(name: str | None, *, path: str | None = None, device: str = "cpu"
 
     info = get_model_info(name) if name is not None else None  # an unknown name first, then the device
     if conditioning is not None and info is not None:
-        article = "an" if conditioning.kind == "image" else "a"
-        raise UserError(f"{conditioning.option} conditions {article} {conditioning.kind}-to-video pipeline folder: "
-                        f"pass --model-path DIR without --model ({info.name} generates from text)")
+        raise folder_only(conditioning.kind, info.name)
     dev = resolve_device(device)
     if info is None:
         if not path:

@@ -93,7 +93,7 @@ class Session:
 def open_session(cfg: ProfileConfig, reporter: Reporter | None = None) -> Session:
     """Resolve the model, prompts, seeds and settings as generate does, and load the model."""
     from ..devices import resolve_device
-    from ..generate import conditioning_input, resolve, settle_from_model, unsettled
+    from ..generate import resolve, settle_from_model, unsettled
     from ..models import families, registry
 
     if cfg.search_evals < 1:
@@ -102,8 +102,7 @@ def open_session(cfg: ProfileConfig, reporter: Reporter | None = None) -> Sessio
     device = resolve_device(clips.device)
     res = resolve(dataclasses.replace(clips, recipes=["fp16"], device=device))
     name = None if clips.model is None and clips.model_path is not None else res.info.name
-    model = registry.load_model(name, path=clips.model_path, device=device,
-                                 conditioning=conditioning_input(clips))
+    model = registry.load_model(name, path=clips.model_path, device=device, conditioning=res.conditioning)
     if unsettled(res):
         settle_from_model(res, model)
     settings = dict(steps=res.steps, guidance=res.guidance, height=res.height, width=res.width, frames=res.frames)
