@@ -105,7 +105,9 @@ def compile_triton(mode: int, over: dict):
         ptr.update(Q="*fp16", K="*fp16", VT="*fp16", QS="*fp32", KS="*fp32", VS="*fp32")
     if mode == 0:  # dense: 16-bit operands
         ptr.update(Q="*bf16", K="*bf16", VT="*bf16")
-    const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=True, RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
+    # P_FP8: the 8-bit modes' P̂·V̂ is E4M3; dense and NVFP4 (modes 0, 4) run it in 16 bits, as the launcher does
+    const = dict(MODE=mode, HEAD_DIM=128, HAS_KPM=False, PNQ=True, P_FP8=mode in (1, 2, 3),
+                 RULE=2, FLQ=2, QMAX=7.25, P_SHIFT=8.0,
                  PROMOTE=True, PQ=True, BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, PLEV=15, SMQ=0, ROTV=False, PROW=False,
                  PIPE=True, sv_n=1, so_d=1)  # strides equal to 1 are specialized as constants
     warps, opts = int(over.pop("num_warps", 8)), {}

@@ -63,9 +63,9 @@ class Role:
 @gluon.jit
 def _view(buf, s, desc):
     """Stage s of a ring (or Q) buffer as `desc`'s tile: its dtype, block shape and shared layout. The buffers
-    are allocated for the largest tile (16-bit, 64 × D); an 8-bit tile uses the first half of its stage: the
-    stage's bytes as twice its rows of the 8-bit tile, then their first half: a reinterpretation keeps the byte
-    size (Triton 3.8 refuses one that halves it; under 3.6 both forms give the same SASS)."""
+    are allocated for the largest tile (16-bit, 64 × D); an 8-bit tile uses the first half of its stage, read as
+    twice the tile's rows and sliced, since a reinterpretation keeps the byte size (Triton 3.8 refuses one that
+    halves it; under 3.6 both forms give the same SASS)."""
     shape: gl.constexpr = desc.block_type.shape
     rows: gl.constexpr = shape[0] * (buf.dtype.primitive_bitwidth // desc.dtype.primitive_bitwidth)
     stage = buf.index(s)._reinterpret(desc.dtype, [rows] + shape[1:], desc.layout)

@@ -18,11 +18,11 @@ BUILDS = [
     ("gluon", 2, dict(D=64, STAGES=4, EARLY=True, WORK_LOOP=True, NWG=3), {"IGMMA", "QGMMA"}),
     ("gluon", 3, dict(STAGES=3, P_SHIFT=0, QK="fp8", EARLY=True, WORK_LOOP=True), {"QGMMA", "IGMMA"}),  # INT4
     ("draft", None, {}, {"HGMMA", "IGMMA", "QGMMA"}),  # 16-bit (and NVFP4 as fp16), INT8 QKᵀ, FP8 P̂·V̂ phases
-    ("triton", 0, dict(P_FP8=False, PNQ=False), {"HGMMA"}),
+    ("triton", 0, {}, {"HGMMA"}),
     ("triton", 1, {}, {"QGMMA"}),
     ("triton", 2, {}, {"IGMMA", "QGMMA"}),
     ("triton", 3, dict(SMQ=2, P_FP8=False, P_SHIFT=0.0, PNQ=False, NUM_STAGES=3, QK="fp8"), {"QGMMA", "IGMMA"}),
-    ("triton", 4, dict(P_FP8=False, PNQ=False), {"HGMMA"}),
+    ("triton", 4, {}, {"HGMMA"}),
 ]
 
 
