@@ -282,16 +282,27 @@ def row_sum_tree(x):
 
 
 @gluon.jit
-def _as_operand(p8, p_layout: gl.constexpr):
-    """P̂ (64×128 E4M3, the QKᵀ accumulator's layout) as the A operand of P̂·V̂, with no data moving between
-    threads: a thread's accumulator holds keys 8a + 2q + e (+16h, +32c) of its rows, the FP8 operand wants
-    4q + i there, so key 8a + 2q + e becomes operand column 4q + 2a + e (swap the a and q index bits). Vᵀ is
-    stored with its keys in that order (`prepass.operand_key`), so P̂·V̂ is the same sum in another order.
-    Without it the conversion is 16 SEL + 16 SHFL + 16 PRMT per thread and tile (offline SASS)."""
-    M: gl.constexpr = p8.shape[0]
-    BN: gl.constexpr = p8.shape[1]
-    t = gl.permute(gl.reshape(p8, [M, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4])  # (row, 16h+32c, q, a, e)
-    return gl.convert_layout(gl.reshape(t, [M, BN]), p_layout)
+def _as_operand(x, p_layout: gl.constexpr):
+    """P̂ (64×128, the QKᵀ accumulator's layout) as the A operand of P̂·V̂, with no data moving between threads:
+    a thread's accumulator holds keys 8a + 2q + e (+16h, +32c) of its rows, the 8-bit operand wants 4q + i there,
+    so key 8a + 2q + e becomes operand column 4q + 2a + e (swap the a and q index bits). Vᵀ is stored with its
+    keys in that order (`prepass.operand_key`), so P̂·V̂ is the same sum in another order. Without it the
+    conversion is 16 SEL + 16 SHFL + 16 PRMT per thread and tile (offline SASS).
+
+    x: the 8-bit codes, or fp32 values, rounded here to E4M3 (RNE, saturating) after the reordering, four keys
+    of an operand register per asm block (two cvt.rn.satfinite.e4m3x2 and their merge): ptxas then writes the
+    register's two halves with two F2FP, where converting before the reordering took a PRMT per register to
+    merge them (16 of 599 key-loop instructions per tile for sage2-int8, offline SASS)."""
+    M: gl.constexpr = x.shape[0]
+    BN: gl.constexpr = x.shape[1]
+    t = gl.permute(gl.reshape(x, [M, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4])  # (row, 16h+32c, q, a, e)
+    t = gl.convert_layout(gl.reshape(t, [M, BN]), p_layout)
+    if x.dtype == gl.float32:
+        # PTX's e4m3x2 conversion puts its first source in the upper byte: element 0 is the lowest byte
+        t = gl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
+            "mov.b32 $0, {lo, hi}; }", "=r,r,r,r,r", [t], dtype=gl.float8e4nv, is_pure=True, pack=4)
+    return t
 
 
 @gluon.jit
@@ -377,7 +388,7 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
             l_i = l_i * alpha + row_sum_tree(y)
         else:
             l_i = l_i * alpha + gl.sum(y, axis=1)
-        p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
+        p8 = _as_operand(p, p_layout)  # rounded to E4M3 there
     if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
         # release's warpgroup barrier then falls where this tile's waits need one anyway (2 barriers per tile

@@ -542,12 +542,15 @@ SAGE_WARPS = 4
 
 
 @triton.jit
-def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b,
-                             sv_h, sv_n, sv_d, H, Nq, Nk, pad_q, BH, n_q_progs, D: tl.constexpr, ROWS: tl.constexpr,
-                             RROWS: tl.constexpr, RTILES: tl.constexpr, EMULATE_FMA: tl.constexpr):
+def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, COUNT, KMEAN, SV, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n,
+                             sk_d, sv_b, sv_h, sv_n, sv_d, H, Nq, Nk, pad_q, BH, n_q_progs, D: tl.constexpr,
+                             ROWS: tl.constexpr, RROWS: tl.constexpr, RTILES: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """The sage2 pre-pass's first launch: programs [0, n_q_progs) write Q's INT8 codes (`_int8_rows`), the rest
-    each a chunk's K fp64 sum and V |max| partials (`_token_partial`). One launch instead of three: Q needs no
-    statistic, so its pass runs beside the reductions (and the small Q programs fill the reductions' tail)."""
+    each a chunk's K fp64 sum and V |max| partials (`_token_partial`), and the last of a (batch, head)'s chunk
+    programs to finish (COUNT, zeroed by the caller, counts them) turns its partials into K's mean and V's scales
+    (`_sage_stats`). One launch instead of four: Q needs no statistic, so its pass runs beside the reductions (and
+    the small Q programs fill the reductions' tail), and the statistics need no launch of their own (the GPU
+    waited for the host's launch between the reductions and the codes at short sequences)."""
     pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
     if pid < n_q_progs:
@@ -557,14 +560,20 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, sq_b, sq_h, sq_n, sq
         c = pid - n_q_progs
         _token_partial(K, KPART, sk_b, sk_h, sk_n, sk_d, H, Nk, BH, c, pid_bh, D, RROWS, RTILES, False)
         _token_partial(V, VPART, sv_b, sv_h, sv_n, sv_d, H, Nk, BH, c, pid_bh, D, RROWS, RTILES, True)
+        chunks = tl.num_programs(0) - n_q_progs
+        # every thread's partials stored before one thread counts the chunk (release: they are visible to the
+        # program that reads them after its own count, acquire)
+        tl.debug_barrier()
+        if tl.atomic_add(COUNT + pid_bh, 1, sem="acq_rel", scope="gpu") == chunks - 1:
+            _sage_stats(KPART, VPART, KMEAN, SV, pid_bh, BH, chunks, Nk, D)
 
 
-@triton.jit(do_not_specialize=["n"])
-def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
-    """Per (batch, head) program: K's fp64 mean over tokens from the chunk sums KPART (chunks, B·H, D), and V's
-    channel scales amax/448 from the |max| partials VPART, divided in fp64 (correctly rounded) and rounded once to
-    fp32 (the reference's float32_scale; an all-zero channel gets 1)."""
-    bh = tl.program_id(0)
+@triton.jit
+def _sage_stats(KPART, VPART, KMEAN, SV, bh, BH, chunks, n, D: tl.constexpr):
+    """For (batch, head) bh: K's fp64 mean over tokens from the chunk sums KPART (chunks, B·H, D), and V's channel
+    scales amax/448 from the |max| partials VPART, divided in fp64 (correctly rounded) and rounded once to fp32
+    (the reference's float32_scale; an all-zero channel gets 1). The same sums in the same order whichever program
+    runs it."""
     cols = tl.arange(0, D)
     tl.store(KMEAN + bh * D + cols, _partials_sum64(KPART, bh * D, BH * D, chunks, D) / n.to(tl.float64))
     sv = (_partials_max(VPART, bh * D, BH * D, chunks, D).to(tl.float64) / 448.0).to(tl.float32)
@@ -574,9 +583,10 @@ def _sage_stats_kernel(KPART, VPART, KMEAN, SV, BH, chunks, n, D: tl.constexpr):
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
-    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Three launches: Q's codes with
-    K's and V's token statistics, the mean and V scales, K's and V's codes (five Triton passes and the torch
-    reductions between them before, which left the GPU waiting on the host between launches)."""
+    the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Two launches: Q's codes with
+    K's and V's token statistics, which the last chunk of each (batch, head) turns into K's mean and V's scales,
+    then K's and V's codes (five Triton passes and the torch reductions between them before, then a launch of
+    its own for the statistics: the GPU waited on the host between launches at short sequences)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     pad_q = triton.cdiv(Nq, TILE) * TILE
@@ -599,11 +609,11 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     sv = torch.empty((BH, D), device=dev, dtype=torch.float32)
     rows, tb = SAGE_TILES.get(D, SAGE_TILES[128])
     n_q_progs = pad_q // rows
+    count = torch.zeros((BH,), device=dev, dtype=torch.int32)  # chunk programs done per (batch, head)
     _sage_q_and_stats_kernel[(n_q_progs + chunks, BH)](
-        q, k, v, qc, qs, kpart, vpart, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout),
-        H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles, EMULATE_FMA=EMULATE_FMA,
-        num_warps=SAGE_WARPS)
-    _sage_stats_kernel[(BH,)](kpart, vpart, kmean, sv, BH, chunks, Nk, D=D, num_warps=4)
+        q, k, v, qc, qs, kpart, vpart, count, kmean, sv, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout),
+        *_bhnd_strides(v, layout), H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles,
+        EMULATE_FMA=EMULATE_FMA, num_warps=SAGE_WARPS)
     _sage_kv_codes_kernel[(pad_k // rows + pad_k // tb, BH)](
         k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
         pad_k, pad_k // rows, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
