@@ -22,10 +22,17 @@ def test_variants_parse_as_bench_kernels_config_does(tmp_path):
     v = ab.parse_variant(f"file={other}+CONSUMERS=3")
     assert (v.label, v.path, v.config) == (f"file={other}+CONSUMERS=3", str(other), {"CONSUMERS": 3})
     assert ab.parse_variant(f"file={other}").config == {}
+    pre = tmp_path / "prepass_rev.py"
+    pre.write_text("")
+    v = ab.parse_variant(f"file={other}+prepass={pre}+NUM_STAGES=4")
+    assert (v.path, v.prepass, v.config) == (str(other), str(pre), {"NUM_STAGES": 4})
+    assert ab.parse_variant(f"prepass={pre}") == ab.Variant(f"prepass={pre}", None, {}, str(pre))
 
 
 @pytest.mark.parametrize("text, reason", [("", "a variant is"), ("file=", "needs a path"),
                                           ("file=/no/such/gluon_ws.py", "no file"),
+                                          ("prepass=", "needs a path"), ("prepass=/no/such/prepass.py", "no file"),
+                                          (f"file={__file__}+file={__file__}", "given twice"),
                                           ("NO_SUCH_KEY=1", "unknown kernel config key"),
                                           ("NUM_STAGES=four", "must be an integer")])
 def test_bad_variants_are_one_line_errors(text, reason):
@@ -51,3 +58,19 @@ def test_a_kernel_file_imports_beside_the_checkout_and_is_what_launch_imports_wh
     assert getattr(package, "gluon_ws", None) is before
     with ab.kernel_module(None):  # this checkout's: nothing swapped
         assert sys.modules.get(ab.KERNEL_MODULE) is before
+
+
+def test_a_prepass_file_is_what_operands_calls_while_swapped_in(tmp_path):
+    ab = _ab()
+    from lowbit_video.kernels import _rounding, operands
+
+    other = tmp_path / "prepass_rev.py"
+    other.write_text("from ._rounding import round_to_int\nWHO = 'the other version'\n")
+    module = ab.load_kernel_file(str(other), 0, kind="prepass")
+    assert module.round_to_int is _rounding.round_to_int  # its relative imports are this checkout's siblings
+    before = operands.prepass
+    with ab.variant_modules(None, module):
+        assert operands.prepass.WHO == "the other version"
+    assert operands.prepass is before
+    with ab.prepass_module(None):  # this checkout's: nothing swapped
+        assert operands.prepass is before
