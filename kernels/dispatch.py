@@ -167,11 +167,13 @@ def _refuse_mx(spec) -> str:
 
 def _refuse_sage(spec) -> str:
     q, k, v, p = (spec.operand(n) for n in ("q", "k", "v", "p"))
-    ok = (q.granularity == "per_token" and k.granularity == "per_token" and q.scheme == "symmetric"
+    ok = (q.granularity == "per_token" and k.granularity == "per_thread" and k.group == KEY_TILE
+          and q.scheme == "symmetric"
           and k.scheme == "symmetric" and v.granularity == "per_channel" and not v.static_scale
           and p.granularity == "per_row" and p.static_scale > 0 and spec.placement == "direct"
           and spec.rotation == "none" and not spec.rotate_v and not spec.smooth_q and spec.tile_k == KEY_TILE)
-    return "" if ok else "only the sage2-int8 layout of INT8/FP8 is implemented"
+    return "" if ok else ("only the sage2-int8 layout of INT8/FP8 is implemented (Q per token, K in per-thread "
+                          f"groups of {KEY_TILE}-key blocks, V per channel, P̃ static)")
 
 
 def _refuse_int4(spec) -> str:

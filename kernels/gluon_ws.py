@@ -162,11 +162,21 @@ def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s
 
 
 @gluon.jit
-def _key_scales(KS, j, n_tiles, MODE: gl.constexpr):
-    """MODE 1: key tile j's K exponent R_j (a scalar), loaded a tile ahead of its use (a load used at once stalls
-    every tile). MODE 2's per-token scales come with the K tile into shared memory (`_loader`): 0 here."""
+def _thread_groups(x):
+    """A 64×BN accumulator tile as (64, BN/8, 4, 2): axis 2 is the lane of its quad that holds an element (columns
+    8i + 2t + e are lane t's), so the other axes are each lane's own registers."""
+    return gl.reshape(x, [x.shape[0], x.shape[1] // 8, 4, 2])
+
+
+@gluon.jit
+def _key_scales(KS, j, n_tiles, MODE: gl.constexpr, like, BN: gl.constexpr):
+    """Key tile j's scales, loaded a tile ahead of their use (a load used at once stalls every tile). MODE 1: its K
+    exponent R_j (a scalar); MODE 2: the scales of its 4 per-thread key groups (group t's is token 2t's of the
+    per-token array), one per lane of a quad, in `like`'s layout; otherwise 0."""
     if MODE == 1:
         return gl.load(KS + j, mask=j < n_tiles, other=0)
+    elif MODE == 2:
+        return gl.load(KS + j * BN + 2 * gl.arange(0, 4, like.type.layout), mask=j < n_tiles, other=1.0)
     else:
         return 0
 
@@ -320,9 +330,11 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
     st = r % STAGES  # r: the ring's tile count (key tiles of this program's earlier work tiles included)
     nx = (r + 1) % STAGES
     if MODE == 2:
+        # the logits as INT8 products; the key scales (one per lane of a quad: SageAttention2's per-thread groups)
+        # join q's in the exp2 argument below, one multiply per row and lane instead of one per logit
         # (the exact magic-number conversion bits(1.5·2^23 + s) − 1.5·2^23 instead of I2F measured no faster)
-        qk = s_cur.to(gl.float32) * ks_s.index(st).reshape([BN]).load(col_s)[None, :]
-        cj = c_row
+        qk = s_cur.to(gl.float32)
+        ks_cur = ks_next
     elif MODE == 3:
         # INT4: the logits in natural units here (c_row: q's scales), plus the Q-smoothing term ΔS from the
         # pre-pass table (SMQ 2) in the same FMA; sm_scale·log2 e (ds_scale) goes into the exp2 argument's FMA
@@ -336,7 +348,7 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
     else:
         qk = s_cur
         cj = c_row * _pow2(gl.maximum(ks_next, -126))  # q's and key tile j's exponents · sm_scale·log2 e
-    ks_next = _key_scales(KS, j + 1, n_tiles, MODE)
+    ks_next = _key_scales(KS, j + 1, n_tiles, MODE, ks_next, BN)
     if EARLY:
         if DEFER:
             mbarrier.arrive(empty.index((r + STAGES - 1) % STAGES), pred=r > 0)  # as below
@@ -345,7 +357,13 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
             s_tok = warpgroup_mma(qw, k_s.index(nx).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if MASKED:
         qk = gl.where((j * BN + offs_n0 < n_kv)[None, :], qk, float("-inf"))
-    if MODE == 2 or MODE == 3:
+    if MODE == 2:
+        # each lane's maximum of its own logits, scaled, then the row's over the quad
+        q4 = _thread_groups(qk)
+        gmax = gl.max(gl.max(q4, axis=3), axis=1)  # (64, 4): row, lane
+        sc = gl.convert_layout(c_row, gl.SliceLayout(1, gmax.type.layout))[:, None] * ks_cur[None, :]
+        rmax = gl.convert_layout(gl.max(gmax * sc, axis=1), m_i.type.layout)  # in the log2 domain
+    elif MODE == 3:
         rmax = gl.max(qk, axis=1)
     else:
         # the 32-key block maxima first, the row maximum from them (1/32 of the extra work)
@@ -353,6 +371,8 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
         rmax = gl.convert_layout(gl.max(bmax, axis=1), m_i.type.layout)
     if MODE == 3:
         m_new = gl.maximum(m_i, rmax * ds_scale)  # (ds_scale = sm_scale·log2 e: the log2 domain)
+    elif MODE == 2:
+        m_new = gl.maximum(m_i, rmax)
     else:
         m_new = gl.maximum(m_i, rmax * cj)
     if MASKED:
@@ -378,14 +398,20 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
     else:
         alpha = gl.exp2(m_i - m_use)
         if MODE == 2:
-            y = gl.exp2(qk * cj[:, None] - (m_use - P_SHIFT)[:, None])  # P̃ · 2^P_SHIFT
-            p = y
+            # P̃ · 2^P_SHIFT = exp2(s · (q scale · key scale · sm_scale·log2 e) − (m − P_SHIFT))
+            mm = gl.convert_layout(m_use - P_SHIFT, gl.SliceLayout(1, gmax.type.layout))
+            y4 = gl.exp2(q4 * gl.expand_dims(gl.expand_dims(sc, 1), 3)
+                         - gl.expand_dims(gl.expand_dims(gl.expand_dims(mm, 1), 1), 3))
+            p = gl.reshape(y4, [qk.shape[0], BN])
         else:
             p, y, n_bad = _mx_p(qk, bmax, cj, m_use, P_SHIFT, n_bad, RULE, FLQ, QMAX)
         if PNQ:
             l_i = l_i * alpha + row_sum_tree(p)
         elif MODE == 1:
             l_i = l_i * alpha + row_sum_tree(y)
+        elif MODE == 2:
+            l_i = l_i * alpha + gl.convert_layout(gl.sum(gl.sum(gl.sum(y4, axis=3), axis=1), axis=1),
+                                                  m_i.type.layout)
         else:
             l_i = l_i * alpha + gl.sum(y, axis=1)
         p8 = _as_operand(p, p_layout)  # rounded to E4M3 there
@@ -473,7 +499,12 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     n_bad = gl.zeros([64, BN // 32], gl.int32, _block_layout(64, BN // 32))
     acc = gl.zeros([64, D], gl.float32, o_layout)
     g0 = i * n_tiles  # the ring's count at this work tile's first key tile
-    ks_next = _key_scales(ks_base, 0, n_tiles, MODE)
+    if MODE == 2:
+        # a (4,) tensor in the layout of the per-lane key scales (the layout is what `_key_scales` takes from it)
+        ks_next = gl.max(gl.max(gl.max(_thread_groups(zero_s), axis=3), axis=1), axis=0)
+    else:
+        ks_next = 0
+    ks_next = _key_scales(ks_base, 0, n_tiles, MODE, ks_next, BN)
     mbarrier.wait(qbar.index(WG), i & 1)
     mbarrier.wait(kready.index(g0 % k_s.shape[0]), (g0 // k_s.shape[0]) & 1)
     s_tok = warpgroup_mma(qw, k_s.index(g0 % k_s.shape[0]).permute((1, 0)), zero_s, use_acc=False,
@@ -585,7 +616,8 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
     the ΔS table needs 2: one table row per 128-row program).
     q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
-    MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token, VS fp32 per channel; MODE 1: QS/KS int32 exponents per
+    MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token (KS: each key's per-thread group scale, read once per group and
+    tile), VS fp32 per channel; MODE 1: QS/KS int32 exponents per
     128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
     (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
     WRITE_LSE: each row's log-sum-exp (`_core.row_lse`, natural log) into LSE, fp32 (B·H, n_q).
@@ -611,7 +643,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
     n_tiles = gl.cdiv(n_kv, BN)
     n_m = gl.cdiv(n_q, 64 * NWG)
     n_work = n_m * n_bh
-    if MODE == 2 or MODE == 3:
+    if MODE == 3:
         ks_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ks_desc.layout)
     else:
         ks_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
@@ -649,7 +681,7 @@ def shared_layout(block: tuple, dtype):
 
 def descriptors(qq, kk, vv, ks=None, ds=None):
     """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3 or
-    int8 (INT4 codes); ks (B·H, N_pad) fp32 per-token key scales (MODE 2 and 3; otherwise K's descriptor stands in,
+    int8 (INT4 codes); ks (B·H, N_pad) fp32 per-token key scales (MODE 3, in shared memory with each K tile; otherwise K's descriptor stands in,
     unused); ds (B·H, q groups, N_pad) the INT4 mode's ΔS table (likewise)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -683,7 +715,7 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
     if mode == MODE_INT4 and P["smq"] not in (0, 2):
         raise ValueError("the Gluon kernel's INT4 mode takes the ΔS table (DS=table), not DS=fused")
     smq = P["smq"] if mode == MODE_INT4 else 0
-    qd, kd, vd, ksd, dsd = descriptors(P["qq"], P["kk"], P["vv"], P["ks"] if mode in (MODE_SAGE, MODE_INT4) else None,
+    qd, kd, vd, ksd, dsd = descriptors(P["qq"], P["kk"], P["vv"], P["ks"] if mode == MODE_INT4 else None,
                                        P["kf"] if smq == 2 else None)
     BH = P["qq"].shape[0]
     D = P["qq"].shape[-1]

@@ -397,9 +397,49 @@ def _rne_int_fp32_or_near(xf, s, QMAX: tl.constexpr):
 
 
 @triton.jit
+def _thread_group(rows):
+    """SageAttention2's per-thread key group of each token: (n mod 8) div 2 (lowbit_video/attention/quantizers.py
+    `_per_thread`; with 128-token blocks, the groups of a block are the logits one lane of a quad holds)."""
+    return (rows % 8) // 2
+
+
+@triton.jit
+def _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D: tl.constexpr, ROWS: tl.constexpr):
+    """The fp64 |max| of K − mean over each of the 4 per-thread groups of the TILE-token block pid_blk (tokens past
+    N left out), as 4 scalars."""
+    a0 = tl.zeros((), tl.float64)
+    a1 = tl.zeros((), tl.float64)
+    a2 = tl.zeros((), tl.float64)
+    a3 = tl.zeros((), tl.float64)
+    for c in range(TILE // ROWS):
+        x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk * (TILE // ROWS) + c, pid_bh, ROWS, D)
+        x64 = x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :]
+        amax = tl.where(rows < N, tl.abs(tl.reduce(x64, 1, _absmax)), 0.0)
+        t = _thread_group(rows)
+        a0 = tl.maximum(a0, tl.max(tl.where(t == 0, amax, 0.0), axis=0))
+        a1 = tl.maximum(a1, tl.max(tl.where(t == 1, amax, 0.0), axis=0))
+        a2 = tl.maximum(a2, tl.max(tl.where(t == 2, amax, 0.0), axis=0))
+        a3 = tl.maximum(a3, tl.max(tl.where(t == 3, amax, 0.0), axis=0))
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _k_thread_codes(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk, pid_bh, D: tl.constexpr,
+                    ROWS: tl.constexpr, EMULATE_FMA: tl.constexpr):
+    """K's INT8 codes after the mean for the TILE-token block pid_blk, one scale per per-thread group (the group's
+    amax/127; SC gets each token's group scale): the maxima first, then the codes (`_int8_rows`), K read twice."""
+    a0, a1, a2, a3 = _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D, ROWS)
+    for c in range(TILE // ROWS):
+        _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk * (TILE // ROWS) + c, pid_bh, D,
+                   ROWS, True, EMULATE_FMA, True, a0, a1, a2, a3)
+
+
+@triton.jit
 def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh,
-               D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr):
-    """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64.
+               D: tl.constexpr, ROWS: tl.constexpr, SUB_MEAN: tl.constexpr, EMULATE_FMA: tl.constexpr,
+               GROUPS: tl.constexpr = False, a0=0.0, a1=0.0, a2=0.0, a3=0.0):
+    """INT8 per token (scale amax/127, RNE, ±127), optionally after subtracting MEAN (B·H, D), fp64; GROUPS: the
+    amax of each token's per-thread group instead (a0..a3, `_k_group_maxima`).
 
     As the reference (formats/intq.py, transforms/smoothing.py): the mean subtraction and amax/127 in fp64, the
     scale rounded once to fp32 (fp64 div.rn, once per row, then RN to fp32: Triton's fp32 `/` is div.full, not
@@ -413,7 +453,11 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
         # padding rows (x read as 0) are left as 0 − mean here and given scale 1 and codes 0 below: a mask per row
         # rather than one per fp64 element
         x64 = x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :]
-        amax = tl.abs(tl.reduce(x64, 1, _absmax))
+        if GROUPS:
+            t = _thread_group(rows)
+            amax = tl.where(t == 0, a0, tl.where(t == 1, a1, tl.where(t == 2, a2, a3)))
+        else:
+            amax = tl.abs(tl.reduce(x64, 1, _absmax))
         xf = x64.to(tl.float32)
     else:
         xf = x.to(tl.float32)  # exact (16-bit or fp32 input): so is its maximum
@@ -448,13 +492,13 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
 def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad,
                           n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
                           OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
-    """The sage2 pre-pass's last launch, programs split by id: [0, n_k_progs) K's INT8 codes after the mean
-    (`_int8_rows`), the rest V's E4M3 codes (`_v_fp8`). One launch instead of two: 1 % slower at wan14b-720p, the
+    """The sage2 pre-pass's last launch, programs split by id: [0, n_k_progs) K's INT8 codes after the mean, one
+    TILE-token block each (`_k_thread_codes`), the rest V's E4M3 codes (`_v_fp8`). One launch instead of two: 1 % slower at wan14b-720p, the
     same at wan14b-480p, one host launch (~25 µs, the GPU waiting) less where calls are short."""
     pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
     if pid < n_k_progs:
-        _int8_rows(K, KMEAN, KC, KS, sk_b, sk_h, sk_n, sk_d, H, Nk, n_pad, pid, pid_bh, D, ROWS, True, EMULATE_FMA)
+        _k_thread_codes(K, KMEAN, KC, KS, sk_b, sk_h, sk_n, sk_d, H, Nk, n_pad, pid, pid_bh, D, ROWS, EMULATE_FMA)
     else:
         _v_fp8(V, SV, VT, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad, pid - n_k_progs, pid_bh, D, TB, OPERAND_ORDER,
                EMULATE_FMA)
@@ -582,7 +626,8 @@ def _sage_stats(KPART, VPART, KMEAN, SV, bh, BH, chunks, n, D: tl.constexpr):
 
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
-    its per-channel mean over tokens subtracted), k scales, Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
+    its per-channel mean over tokens subtracted; one scale per per-thread group of each TILE-token block), k scales
+    (each token's group scale, B·H, N_pad), Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
     the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Two launches: Q's codes with
     K's and V's token statistics, which the last chunk of each (batch, head) turns into K's mean and V's scales,
     then K's and V's codes (five Triton passes and the torch reductions between them before, then a launch of
@@ -614,9 +659,9 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
         q, k, v, qc, qs, kpart, vpart, count, kmean, sv, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout),
         *_bhnd_strides(v, layout), H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles,
         EMULATE_FMA=EMULATE_FMA, num_warps=SAGE_WARPS)
-    _sage_kv_codes_kernel[(pad_k // rows + pad_k // tb, BH)](
+    _sage_kv_codes_kernel[(pad_k // TILE + pad_k // tb, BH)](
         k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
-        pad_k, pad_k // rows, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
+        pad_k, pad_k // TILE, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
         num_warps=SAGE_WARPS)
     return qc, qs, kc, ks, vt, sv
 

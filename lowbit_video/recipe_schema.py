@@ -23,7 +23,7 @@ OPERANDS = ("q", "k", "v", "p")
 # group sharing one scale on that axis.
 GRANULARITIES = {
     "q": ("block", "per_token", "per_token_group"),
-    "k": ("block", "per_token", "per_token_group"),
+    "k": ("block", "per_token", "per_token_group", "per_thread"),
     "v": ("block", "per_channel"),
     "p": ("block", "per_row"),
 }
@@ -75,8 +75,10 @@ class OperandQuant:
     block: int = setting(0, "elements per block along the operand's axis; 0 = the format's default",
                          valid="0 (the format's default) or >= 1; " + ", ".join(f"{f}: {n}" for f, n in DEFAULT_BLOCK.items()),
                          check=lambda n: n >= 0)
-    group: int = setting(128, "tokens per group for per_token_group (SageAttention's per-block Q/K scales)",
-                         valid="an integer >= 1 (tokens per group, per_token_group)", check=lambda n: n >= 1)
+    group: int = setting(128, "tokens per group for per_token_group (SageAttention's per-block Q/K scales); for "
+                              "per_thread, the key block split into 4 interleaved groups",
+                         valid="an integer >= 1 (tokens per group, per_token_group; a multiple of 8, per_thread)",
+                         check=lambda n: n >= 1)
     rule: str = setting("uos", "MXFP4 shared-scale rule", choices=MX_RULES, only=("mxfp4",))
     qmax: float = setting(7.25, "UOS clipping boundary",
                           valid=f"a number in the open interval ({QMAX_RANGE[0]:g}, {QMAX_RANGE[1]:g})",

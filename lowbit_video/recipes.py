@@ -278,6 +278,9 @@ def _operand_from_dict(where: Where, name: str, raw: Any) -> OperandQuant:
         raise where.error(prefix + "block", f"{fmt.upper()} blocks are {DEFAULT_BLOCK[fmt]} elements")
     if fmt in DEFAULT_BLOCK and op.granularity != "block":
         raise where.error(prefix + "granularity", f"{fmt} is block-scaled; granularity must be 'block'")
+    if op.granularity == "per_thread" and op.group % 8:
+        raise where.error(prefix + "group", f"per_thread splits each block of `group` keys into 4 groups of pairs "
+                                            f"of every 8 keys: a multiple of 8, got {op.group}")
     if op.outer_scale == "row" and name != "p":
         raise where.error(prefix + "outer_scale", "'row' (two-level P̃ scaling) applies to attention.p only")
     for key, s, _ in settings(OperandQuant):

@@ -100,9 +100,28 @@ def _tiny_scales(b, h, nq, nk, d):
     return q, k, v
 
 
+def _k_per_thread_groups(k64, block=128):
+    """sage2-int8's K codes and each token's scale by formats.intq, one scale per SageAttention2 per-thread group:
+    in each `block` keys, those with equal (n mod 8) div 2."""
+    from lowbit_video.formats import intq
+
+    b, h, n, d = k64.shape
+    codes = torch.empty((b, h, n, d), dtype=torch.int8)
+    scales = torch.empty((b, h, n), dtype=torch.float32)
+    for start in range(0, n, block):
+        for t in range(4):
+            idx = [i for i in range(start, min(start + block, n)) if (i % 8) // 2 == t]
+            if idx:
+                e = intq.quantize(k64[:, :, idx].reshape(b, h, len(idx) * d), bits=8, axis=-1)
+                codes[:, :, idx] = e.codes.reshape(b, h, len(idx), d)
+                scales[:, :, idx] = e.scales.reshape(b, h, 1)
+    return codes, scales
+
+
 def _sage_prepass_vs_formats(q, k, v):
     """Mismatch counts of the sage2 pre-pass (codes and scales, on q's device) against formats.intq /
-    formats.fp8 applied to the reference's operands (K smoothed by its fp64 mean over tokens)."""
+    formats.fp8 applied to the reference's operands (K smoothed by its fp64 mean over tokens, in per-thread
+    groups)."""
     from lowbit_video.formats import fp8, intq
     from lowbit_video.kernels import prepass
 
@@ -111,13 +130,13 @@ def _sage_prepass_vs_formats(q, k, v):
     qc, qs, kc, ks, vt, sv = (t.cpu() for t in prepass.sage_prepass(q, k, v, "BHND"))
     q64, k64, v64 = (t.cpu().double() for t in (q, k, v))
     eq = intq.quantize(q64, bits=8, axis=-1)
-    ek = intq.quantize(k64 - k64.mean(dim=-2, keepdim=True), bits=8, axis=-1)
+    ek_codes, ek_scales = _k_per_thread_groups(k64 - k64.mean(dim=-2, keepdim=True))
     ev = fp8.quantize(v64, fmt="e4m3", axis=-2)
     return {
         "q_codes": int((qc[:, :nq].reshape(b, h, nq, d) != eq.codes.reshape(b, h, nq, d)).sum()),
         "q_scales": int((qs[:, :nq].reshape(b, h, nq) != eq.scales.reshape(b, h, nq)).sum()),
-        "k_codes": int((kc[:, :nk].reshape(b, h, nk, d) != ek.codes.reshape(b, h, nk, d)).sum()),
-        "k_scales": int((ks[:, :nk].reshape(b, h, nk) != ek.scales.reshape(b, h, nk)).sum()),
+        "k_codes": int((kc[:, :nk].reshape(b, h, nk, d) != ek_codes).sum()),
+        "k_scales": int((ks[:, :nk].reshape(b, h, nk) != ek_scales).sum()),
         "v_codes": int((vt[:, :, :nk].float().reshape(b, h, d, nk).transpose(-1, -2)
                         != ev.codes.float().reshape(b, h, d, nk).transpose(-1, -2)).sum()),
         "v_scales": int((sv.reshape(b, h, d) != ev.scales.reshape(b, h, d)).sum()),

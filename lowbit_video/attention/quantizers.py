@@ -48,10 +48,36 @@ def build_quantizer(operand: str, op: OperandQuant, *, fast: bool = False, inpla
 
         return per_token_group
 
+    if op.granularity == "per_thread":
+        return _per_thread(_element_quantizer(op, kernels, axis=-1, block_of=lambda x: None), op.group)
+
     if op.granularity == "block":
         return _element_quantizer(op, kernels, axis=axis, block_of=lambda x: op.block_size)
     # per_token / per_channel / per_row: one scale over the whole operand axis.
     return _element_quantizer(op, kernels, axis=axis, block_of=lambda x: None)
+
+
+def _per_thread(inner: Quantizer, block: int) -> Quantizer:
+    """SageAttention2's per-thread key groups: within each `block` keys (the last block may be short), the keys
+    n with the same (n mod 8) div 2 share one scale, 4 groups of block/4 keys. On Hopper these are the keys whose
+    logits one thread holds in a 64×`block` wgmma accumulator (columns 8j + 2t and 8j + 2t + 1 for lane t of a
+    quad), so a kernel applies the key scale once per thread and row instead of once per logit. Each group is
+    gathered into one row (zero keys padding the last block leave its maxima as they are), quantized per row,
+    and scattered back."""
+
+    def per_thread(x: torch.Tensor) -> torch.Tensor:
+        n, d = x.shape[-2:]
+        pad = -n % block
+        xp = torch.nn.functional.pad(x, (0, 0, 0, pad)) if pad else x
+        lead = xp.shape[:-2]
+        nb = xp.shape[-2] // block
+        # (..., block index, j = n mod block div 8, t = n mod 8 div 2, e = n mod 2, d) -> groups (block, t)
+        g = xp.reshape(*lead, nb, block // 8, 4, 2, d).transpose(-4, -3)
+        out = inner(g.reshape(*lead, nb * 4, block // 4 * d))
+        out = out.reshape(*lead, nb, 4, block // 8, 2, d).transpose(-4, -3).reshape(*lead, nb * block, d)
+        return out[..., :n, :]
+
+    return per_thread
 
 
 # (mxfp4, nvfp4, int, fp8) fake quantizers with the format modules' signatures.
