@@ -33,6 +33,7 @@ from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
 # chunk partials per load of the statistics kernels that finish the token reductions
 STATS_CHUNKS = 8
 TILE = 128  # tokens per Q/K fold tile = the attention kernel's BLOCK_N (= the recipes' tile_k)
+KEY_BLOCK = tl.constexpr(TILE)  # the same, for the kernels (a jit function reads only constexpr globals)
 
 
 @triton.jit
@@ -411,8 +412,8 @@ def _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D: t
     a1 = tl.zeros((), tl.float64)
     a2 = tl.zeros((), tl.float64)
     a3 = tl.zeros((), tl.float64)
-    for c in range(TILE // ROWS):
-        x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk * (TILE // ROWS) + c, pid_bh, ROWS, D)
+    for c in range(KEY_BLOCK // ROWS):
+        x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk * (KEY_BLOCK // ROWS) + c, pid_bh, ROWS, D)
         x64 = x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :]
         amax = tl.where(rows < N, tl.abs(tl.reduce(x64, 1, _absmax)), 0.0)
         t = _thread_group(rows)
@@ -429,8 +430,8 @@ def _k_thread_codes(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_b
     """K's INT8 codes after the mean for the TILE-token block pid_blk, one scale per per-thread group (the group's
     amax/127; SC gets each token's group scale): the maxima first, then the codes (`_int8_rows`), K read twice."""
     a0, a1, a2, a3 = _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D, ROWS)
-    for c in range(TILE // ROWS):
-        _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk * (TILE // ROWS) + c, pid_bh, D,
+    for c in range(KEY_BLOCK // ROWS):
+        _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk * (KEY_BLOCK // ROWS) + c, pid_bh, D,
                    ROWS, True, EMULATE_FMA, True, a0, a1, a2, a3)
 
 
