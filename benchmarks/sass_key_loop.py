@@ -12,7 +12,7 @@ Needs triton (3.6 for the H200 figures) on Linux x86-64; torch is not needed (it
 
 Examples, with the launcher's default settings at head_dim 128 (MODE: 0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4,
 4 NVFP4; the Gluon kernel has modes 1-3):
-    python benchmarks/sass_key_loop.py gluon 2 STAGES=3 EARLY=True WORK_LOOP=True DEFER=False # sage2-int8
+    python benchmarks/sass_key_loop.py gluon 2 STAGES=3 EARLY=True WORK_LOOP=True             # sage2-int8
     python benchmarks/sass_key_loop.py gluon 1 STAGES=4 QMAX=7.25 EARLY=True WORK_LOOP=True   # mxattention
     python benchmarks/sass_key_loop.py gluon 1 STAGES=4 RULE=0 PNQ=False                      # mxfp4-ocp
     python benchmarks/sass_key_loop.py gluon 3 STAGES=3 P_SHIFT=0 QK=fp8 EARLY=True WORK_LOOP=True  # rotateattention-half

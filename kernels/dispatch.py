@@ -58,8 +58,8 @@ ATTENTION_SETTINGS = (
     Setting("GLUON", bool, "run the warp-specialized Gluon kernel (kernels/gluon_ws.py; sm_90, 8-bit operands, no key "
             "padding mask; default on for sage2-int8, MXFP4 and INT4); false runs the Triton kernel"),
     Setting("NUM_STAGES", int, "K/V tiles in flight (shared-memory ring), 1..8 (Gluon: >= 2)"),
-    Setting("DEFER", bool, "Gluon: release the previous tile's K/V stage just before the next wait (default on but "
-            "for sage2-int8 at head_dim 128; needs NUM_STAGES >= 3)"),
+    Setting("DEFER", bool, "Gluon: release the previous tile's K/V stage just before the next wait (default on; "
+            "needs NUM_STAGES >= 3, so off with 2)"),
     Setting("EARLY_QK", bool, "Gluon: issue the next tile's QKᵀ before this tile's softmax (default on, off for "
             "MXFP4 with direct P̃ placement)"),
     Setting("WORK_LOOP", bool, "Gluon: programs loop over their work tiles (default on, off for MXFP4 with direct "
@@ -113,9 +113,7 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
     GLUON: the warp-specialized kernel where it applies, faster than the Triton kernel for every 8-bit recipe.
     EARLY_QK and WORK_LOOP: faster for sage2-int8, INT4 and the PNQ MXFP4 recipes, slower (3-9 %) for the MXFP4
     recipes that place P̃ directly, so they follow the placement. The attention kernels measured their best at the
-    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS, NUM_STAGES and DEFER (3, 4 and on at 64,
-    where the registers and shared memory allow; 2, 3 and off at 128, where releasing each stage at its tile's end
-    measured 1.5-1.9 % faster and at 64 5-9 % slower); the draft Gluon kernel's K/V stages are as many as fit
+    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS (3 at 64, where the registers allow); the draft Gluon kernel's K/V stages are as many as fit
     its shared memory at the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it,
     runs `DRAFT_TRITON_STAGES`)."""
     pnq = placement == "pnq"
@@ -125,8 +123,8 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=4, PIPE=True, GLUON=True, DEFER=True, EARLY_QK=pnq,
                     WORK_LOOP=pnq)
     if variant == "sage":
-        d64 = head_dim == 64  # a third consumer warpgroup and a fourth K/Vᵀ stage fit there, and both pay
-        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=4 if d64 else 3, PIPE=False, GLUON=True, DEFER=d64,
+        d64 = head_dim == 64  # a third consumer warpgroup fits there, and pays
+        return dict(BLOCK_M=64, num_warps=4, NUM_STAGES=3, PIPE=False, GLUON=True, DEFER=True,
                     EARLY_QK=True, WORK_LOOP=True, CONSUMERS=3 if d64 else 2)
     if variant == "int4":
         # QK_FP8 None: E4M3 codes where the Gluon kernel runs (the Triton kernel measured 5 % slower with them)

@@ -414,7 +414,12 @@ def _tile(j, r, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, 
                                                   m_i.type.layout)
         else:
             l_i = l_i * alpha + gl.sum(y, axis=1)
-        p8 = _as_operand(p, p_layout)  # rounded to E4M3 there
+        if MODE == 2 or k_s.shape[2] == 64:
+            p8 = _as_operand(p, p_layout)  # rounded to E4M3 there
+        else:
+            # MXFP4 at head_dim 128: rounded before the reordering (5-6 % faster there for mxattention; the
+            # rounding after it, 2-3 % faster at 64, kernel alone, benchmarks/kernel_ab.py)
+            p8 = _as_operand(p.to(gl.float8e4nv), p_layout)
     if DEFER and not EARLY:
         # tile j−1's stage, free since the last tile's wait, released here rather than at that tile's end: the
         # release's warpgroup barrier then falls where this tile's waits need one anyway (2 barriers per tile
