@@ -74,12 +74,15 @@ def test_supported_on_every_class_but_the_left_out(rows):
 
 def _close_to_engine(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> None:
     """The CPU path's stated tolerance against the engine (attention/cpu_path.py; tests/test_attention_cpu_path.py):
-    float32 rounding, plus rare single-step flips of a quantized P element."""
+    float32 rounding, plus rare single-step flips of a quantized P element. A flip moves one weight of one output
+    row by one grid step (at most 1/8 of the weight: E4M3's 3 mantissa bits), so at most 1 % of the rows (or one
+    row, on the small calls here) may leave the rounding bound, by at most max|v| / 8."""
     err = (out.double() - ref.double()).abs()
     vmax = v.double().abs().max()
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) <= 1e-3
-    assert float((err <= 1e-5 * vmax).double().mean()) >= 0.99
-    assert float(err.max()) <= vmax
+    rows_off = (err > 1e-5 * vmax).flatten(0, -2).any(dim=-1)
+    assert int(rows_off.sum()) <= max(1, rows_off.numel() // 100)
+    assert float(err.max()) <= vmax / 8
 
 
 @pytest.mark.parametrize("recipe", coverage.RECIPES)
