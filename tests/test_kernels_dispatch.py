@@ -62,6 +62,17 @@ def test_refusal_reasons_name_what_the_kernel_lacks():
     assert dispatch.variant_of(wide).name == "draft"  # still a draft recipe: the draft engine runs it
 
 
+def test_sage_kernel_takes_only_per_thread_key_groups_of_its_key_tile():
+    """The sage2 kernels apply one key scale per lane of a quad (SageAttention2's per-thread groups of 128-key
+    blocks): K per token, or per-thread groups of another block, go to the reference engine with the reason."""
+    sage = load_recipe("sage2-int8").attention
+    assert (sage.k.granularity, sage.k.group) == ("per_thread", 128)
+    for k in (dataclasses.replace(sage.k, granularity="per_token"), dataclasses.replace(sage.k, group=64)):
+        spec = dataclasses.replace(sage, k=k)
+        assert dispatch.variant_of(spec).name == "sage"
+        assert "K in per-thread groups of 128-key blocks" in dispatch.variant_of(spec).refuse(spec)
+
+
 def test_supports_checks_device_and_head_dim():
     spec = load_recipe("sage2-int8").attention
     assert dispatch.supports(spec, "cpu", 128) == (False, "kernels run on CUDA devices only")
