@@ -113,9 +113,9 @@ def tuned_defaults(variant: str, head_dim: int, placement: str) -> dict:
     GLUON: the warp-specialized kernel where it applies, faster than the Triton kernel for every 8-bit recipe.
     EARLY_QK and WORK_LOOP: faster for sage2-int8, INT4 and the PNQ MXFP4 recipes, slower (3-9 %) for the MXFP4
     recipes that place P̃ directly, so they follow the placement. The attention kernels measured their best at the
-    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS (3 at 64, where the registers allow); the draft Gluon kernel's K/V stages are as many as fit
-    its shared memory at the head_dim (`GLUON_DRAFT_STAGES`; the Triton draft kernel, where a caller selects it,
-    runs `DRAFT_TRITON_STAGES`)."""
+    same settings for head_dim 64 and 128 but sage2-int8's CONSUMERS (3 at 64, where the registers allow); the
+    draft Gluon kernel's K/V stages are as many as fit its shared memory at the head_dim (`GLUON_DRAFT_STAGES`;
+    the Triton draft kernel, where a caller selects it, runs `DRAFT_TRITON_STAGES`)."""
     pnq = placement == "pnq"
     if variant == "dense":
         return dict(BLOCK_M=128, num_warps=8, NUM_STAGES=3, PIPE=False)

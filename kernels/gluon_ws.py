@@ -622,9 +622,8 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
     q_desc: Q as (B·H·q_rows_bh, D) in [64, D] blocks; k_desc: K
     (B·H·k_rows_bh, D) in [128, D]; v_desc: Vᵀ (B·H·D, k_rows_bh) in [D, 128] (Q, K INT8 for MODE 2, E4M3 for
     MODE 1; Vᵀ E4M3). MODE 2: QS/KS fp32 per token (KS: each key's per-thread group scale, read once per group and
-    tile), VS fp32 per channel; MODE 1: QS/KS int32 exponents per
-    128-token tile, VS int32 per channel (rows sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout
-    (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
+    tile), VS fp32 per channel; MODE 1: QS/KS int32 exponents per 128-token tile, VS int32 per channel (rows
+    sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
     WRITE_LSE: each row's log-sum-exp (`_core.row_lse`, natural log) into LSE, fp32 (B·H, n_q).
     MODE 3 (INT4): Q, K INT4 codes in int8 or E4M3 with fp32 per-token scales, Vᵀ INT4
     codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
@@ -686,8 +685,8 @@ def shared_layout(block: tuple, dtype):
 
 def descriptors(qq, kk, vv, ks=None, ds=None):
     """TMA descriptors of the pre-pass operands: qq, kk (B·H, N_pad, D) int8 or E4M3; vv (B·H, D, N_pad) E4M3 or
-    int8 (INT4 codes); ks (B·H, N_pad) fp32 per-token key scales (MODE 3, in shared memory with each K tile; otherwise K's descriptor stands in,
-    unused); ds (B·H, q groups, N_pad) the INT4 mode's ΔS table (likewise)."""
+    int8 (INT4 codes); ks (B·H, N_pad) fp32 per-token key scales (MODE 3, in shared memory with each K tile;
+    otherwise K's descriptor stands in, unused); ds (B·H, q groups, N_pad) the INT4 mode's ΔS table (likewise)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     D = qq.shape[-1]

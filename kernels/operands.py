@@ -52,8 +52,8 @@ def mx_operands(q, k, v, spec, layout, *, B, H, D, exact_p, gluon, **_):
 
 
 def sage_operands(q, k, v, spec, layout, *, gluon, **_):
-    """sage2-int8: INT8 Q per token and K in per-thread groups (K smoothed by its mean), Vᵀ FP8 per channel, P̃ FP8 at the recipe's static
-    scale."""
+    """sage2-int8: INT8 Q per token and K in per-thread groups (K smoothed by its mean), Vᵀ FP8 per channel, P̃
+    FP8 at the recipe's static scale."""
     qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, operand_order=gluon)
     return dict(qq=qq, qs=qs, kk=kk, ks=ks, vv=vv, vs=vs, p_fp8=True, p_shift=_p_shift(spec.p.static_scale))
 

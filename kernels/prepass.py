@@ -494,8 +494,9 @@ def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, s
                           n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
                           OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """The sage2 pre-pass's last launch, programs split by id: [0, n_k_progs) K's INT8 codes after the mean, one
-    TILE-token block each (`_k_thread_codes`), the rest V's E4M3 codes (`_v_fp8`). One launch instead of two: 1 % slower at wan14b-720p, the
-    same at wan14b-480p, one host launch (~25 µs, the GPU waiting) less where calls are short."""
+    TILE-token block each (`_k_thread_codes`), the rest V's E4M3 codes (`_v_fp8`). One launch instead of two: 1 %
+    slower at wan14b-720p, the same at wan14b-480p, one host launch (~25 µs, the GPU waiting) less where calls are
+    short."""
     pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
     if pid < n_k_progs:
