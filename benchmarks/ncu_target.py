@@ -15,10 +15,7 @@ Example (on the GPU machine, repository root; summarise with benchmarks/ncu_summ
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
 def run_once(recipe: str, config: dict, tokens: int = 16384, heads: int = 16, head_dim: int = 128) -> None:
@@ -59,8 +56,6 @@ def main(argv=None) -> int:
         if not sep or not key:
             ap.error(f"--config wants KEY=VALUE, got {item!r}")
         config[key] = raw
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
     import torch
 
     if not torch.cuda.is_available():

@@ -1,10 +1,10 @@
-"""Markdown tables of results/kernels-h200.md and results/e2e-h200.md from the JSON their bench commands print.
+"""Markdown tables of results/kernels-h200.md, results/kernels-h100.md and results/e2e-h200.md from the JSON their bench commands print.
 
 `lowbit-video bench kernels --json` prints one object (rows per shape and recipe, baselines per shape);
 `lowbit-video bench e2e --json` prints a list of rows (per model, resolution and recipe, the cuDNN forward first).
 This script lays them out as the results pages do: one row per recipe, one column pair (ms, × cuDNN) per shape or
-model and resolution; for kernels also the calls issued back to back (where the run timed them) and the pre-pass /
-kernel split at one shape.
+model and resolution; for kernels also the calls issued back to back and under sustained load (where the run timed
+them) and the pre-pass / kernel split at one shape.
 
 Examples:
     python benchmarks/results_tables.py kernels results/kernels-h200.json
@@ -28,9 +28,11 @@ def _ordered(items):
 
 
 # (baseline ms key, row ms key, row ratio key, first column's title) of each timing `bench kernels` reports: each
-# call from an idle GPU, and calls issued back to back ("queued")
+# call from an idle GPU, calls issued back to back ("queued"), and back to back once the GPU runs at the clock its
+# power limit holds ("sustained")
 TIMINGS = {"idle": ("ms", "total_ms", "ratio_cudnn", "recipe"),
-           "queued": ("queued_ms", "queued_ms", "ratio_cudnn_queued", "recipe, queued")}
+           "queued": ("queued_ms", "queued_ms", "ratio_cudnn_queued", "recipe, queued"),
+           "sustained": ("sustained_ms", "sustained_ms", "ratio_cudnn_sustained", "recipe, sustained")}
 
 
 def kernels_table(info: dict, timing: str = "idle") -> str:
@@ -108,7 +110,8 @@ def main(argv=None) -> int:
         with open(args.json, encoding="utf-8") as f:
             data = json.load(f)
         if args.kind == "kernels":
-            tables = (kernels_table(data), kernels_table(data, "queued"), split_table(data, args.split_shape))
+            tables = (kernels_table(data), kernels_table(data, "queued"), kernels_table(data, "sustained"),
+                      split_table(data, args.split_shape))
             text = "\n\n".join(t for t in tables if t)
         else:
             text = e2e_table(data)

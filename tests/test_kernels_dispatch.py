@@ -328,15 +328,20 @@ def test_bench_markdown_says_which_kernel_ran():
 
     row = dict(shape="wan-480p", recipe="sage2-int8", tflops=700.0, ratio_cudnn=1.24, ratio_flash=2.0,
                ratio_sageattention=None, prepass_ms=1.79, kernel_ms=29.54, total_ms=31.3, kernel="gluon",
-               queued_ms=30.4, ratio_cudnn_queued=1.27)
+               queued_ms=30.4, ratio_cudnn_queued=1.27, sustained_ms=31.0, ratio_cudnn_sustained=40.0 / 31.0)
     info = dict(gpu="H200", driver="x", torch="2.11", cuda="13", triton="3.6", sageattention=None,
-                baselines=[dict(shape="wan-480p", backend="sdpa-cudnn", tflops=568.2, ms=38.68, queued_ms=38.5)],
-                rows=[row, dict(row, recipe="sage2-int8[GLUON=False]", kernel="triton", ratio_cudnn=1.11)])
+                baselines=[dict(shape="wan-480p", backend="sdpa-cudnn", tflops=568.2, ms=38.68, queued_ms=38.5,
+                                sustained_ms=40.0)],
+                rows=[row, dict(row, recipe="sage2-int8[GLUON=False]", kernel="triton", ratio_cudnn=1.11,
+                                sustained_ms=None, ratio_cudnn_sustained=None)])
     lines = to_markdown(info).splitlines()
-    assert "| runs on |" in lines[2] and lines[2].endswith("| queued ms | × cuDNN queued |")
-    assert lines[4].startswith("| wan-480p | sdpa-cudnn | | 568.2 |") and lines[4].endswith("| 38.68 | 38.50 | |")
-    assert lines[5] == "| wan-480p | sage2-int8 | gluon | 700.0 | 1.24 | 2.00 | — | 1.79 | 29.54 | 31.30 | 30.40 | 1.27 |"
+    assert "| runs on |" in lines[2]
+    assert lines[2].endswith("| queued ms | × cuDNN queued | sustained ms | × cuDNN sustained |")
+    assert lines[4].startswith("| wan-480p | sdpa-cudnn | | 568.2 |") and lines[4].endswith("| 38.68 | 38.50 | | 40.00 | |")
+    assert lines[5] == ("| wan-480p | sage2-int8 | gluon | 700.0 | 1.24 | 2.00 | — | 1.79 | 29.54 | 31.30 | 30.40 | 1.27 "
+                        "| 31.00 | 1.29 |")
     assert lines[6].startswith("| wan-480p | sage2-int8[GLUON=False] | triton | 700.0 | 1.11 |")
+    assert lines[6].endswith("| 30.40 | 1.27 | — | — |")  # a run without the sustained timing: dashes
     assert all(line.count("|") == lines[2].count("|") for line in lines[2:7])
 
 

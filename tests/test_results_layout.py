@@ -163,6 +163,20 @@ def test_queued_table_ratios_against_cudnn_queued_and_dashes_where_unmeasured():
     assert tables.kernels_table({"baselines": [], "rows": [{"shape": "b", "recipe": "r"}]}, "queued") == ""
 
 
+def test_sustained_table_ratios_against_cudnn_sustained():
+    from benchmark_scripts import load
+
+    tables = load("results_tables")
+    info = {"baselines": [{"shape": "a", "backend": "sdpa-cudnn", "ms": 1.3, "queued_ms": 1.2, "sustained_ms": 1.36},
+                          {"shape": "a", "backend": "sdpa-flash", "ms": 2.4, "queued_ms": 2.3}],
+            "rows": [{"shape": "a", "recipe": "r", "total_ms": 1.5, "queued_ms": 1.33, "sustained_ms": 1.31,
+                      "ratio_cudnn_sustained": 1.36 / 1.31}]}
+    lines = tables.kernels_table(info, "sustained").splitlines()
+    assert lines[0] == "| recipe, sustained | a ms | × cuDNN |"
+    # flash was not timed under sustained load: no row for it
+    assert lines[2:] == ["| SDPA cuDNN bf16 | 1.36 | 1.00× |", "| `r` | 1.31 | 1.04× |"]
+
+
 def test_results_tables_lay_out_the_committed_json():
     out = subprocess.run([sys.executable, "benchmarks/results_tables.py", "kernels", "results/kernels-h200.json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)

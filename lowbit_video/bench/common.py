@@ -1,5 +1,5 @@
 """What the benchmarks share: the benchmark shapes, the video geometry behind each, CUDA-event timing (each call
-from an idle GPU, or calls back to back), and the
+from an idle GPU, calls back to back, or calls back to back under sustained load), and the
 default recipe lists (every recipe the kernel dispatch table runs; `bench kernels` and `bench draft` default to
 them, and so does the CLI)."""
 
@@ -108,10 +108,41 @@ def queued_ms(fn, *, reps: int, head_start_cycles: int = 0) -> float:
     return a.elapsed_time(b) / reps
 
 
+def sustained_ms(fn, *, seconds: float, settle_s: float = 1.0) -> tuple[float, int | None]:
+    """(milliseconds per call, the SM clock in MHz when the timed calls ended, or None where the driver's library is
+    missing) of `fn()` under sustained load: calls issued back to back for about `seconds` / 2 untimed, so that the
+    GPU settles at the clock its power limit holds, then as many timed with events around them; then `settle_s` of
+    sleep, so that the next measurement starts from idle clocks again. Why: a run of a few calls runs at the boost
+    clock, a model step does not. Under sustained attention an H100 at its 700 W limit ran cuDNN bf16 at about
+    1550 MHz and sage2-int8's kernel at about 1830, against 1980 for short runs (results/kernels-h100.md), so the
+    ratios differ. Call after warm-up calls."""
+    import math
+    import time
+
+    import torch
+
+    per = queued_ms(fn, reps=3)  # a first estimate of one call
+    n = max(3, math.ceil(seconds / 2 * 1e3 / max(per, 1e-3)))
+    for _ in range(n):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    b.synchronize()
+    try:
+        clock = int(torch.cuda.clock_rate())  # NVML's SM clock over its last sample period
+    except Exception:  # no NVML (pynvml / nvidia-ml-py) where this runs
+        clock = None
+    time.sleep(settle_s)
+    return a.elapsed_time(b) / n, clock
+
+
 def median_ms(fn, *, warmup: int, reps: int) -> float:
     """Median milliseconds of `fn()` over `reps` calls."""
     return statistics.median(cuda_times(fn, warmup=warmup, reps=reps))
 
 
 __all__ = ["ALIASES", "BenchShape", "GEOMETRIES", "SHAPES", "shape_name", "cuda_times", "default_recipes", "draft_recipes", "median_ms",
-           "queued_ms"]
+           "queued_ms", "sustained_ms"]

@@ -9,6 +9,9 @@ tensors. Timing: CUDA events around each call, each call starting on an idle GPU
 work before the GPU starts counts), warm-up calls first, the median of `reps` calls (long shapes take 0.05–0.5 s a
 call, so a few calls suffice). `queued_ms` (and `ratio_cudnn_queued`, against cuDNN timed the same way): `reps`
 calls issued back to back, events around the run, as a model step issues them (the host runs ahead of the GPU).
+`sustained_ms` (`ratio_cudnn_sustained`; cuDNN's the same way): calls back to back for `sustain_s` seconds, the
+second half timed, once the GPU runs at the clock its power limit holds under that load, as through a whole
+denoising loop (`common.sustained_ms`; `sustained_sm_mhz` the SM clock then).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from __future__ import annotations
 import torch
 
 from ..kernels.dispatch import SETTINGS, attention_spec, variant_of
-from .common import GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms, queued_ms, shape_name
+from .common import (GEOMETRIES, SHAPES, BenchShape, cuda_times, default_recipes, median_ms, queued_ms, shape_name,
+                     sustained_ms)
 from .draft import bench_draft_point, structured_qkv
 
 
@@ -28,12 +32,12 @@ def _reps_for(flop: float) -> tuple[int, int]:
 
 
 def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int | None = None,
-                  seed: int = 0, variants: dict | None = None, log=print) -> dict:
+                  seed: int = 0, variants: dict | None = None, sustain_s: float = 2.0, log=print) -> dict:
     """Run the benchmark; returns {"gpu", "torch", "triton", "driver", "rows": [...], "baselines": [...]}.
 
     variants: optional {label: dict(recipe=..., promote=..., exact_p=..., config=...)} extra rows
     (e.g. ablations that leave a stage out); they appear with recipe=label. recipes: default every recipe a kernel
-    runs (`common.default_recipes`)."""
+    runs (`common.default_recipes`). sustain_s: seconds of the sustained timing of cuDNN and of each row (0: none)."""
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -61,7 +65,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
         n = reps or n
         g = torch.Generator(device=dev).manual_seed(seed)
         q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(3))
-        base, base_queued = {}, {}
+        base, base_queued, base_sustained = {}, {}, {}
         for label, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
             def f(backend=backend):
                 with sdpa_kernel([backend]):
@@ -73,9 +77,15 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                 continue
             base[label] = ms
             base_queued[label] = queued = queued_ms(f, reps=n)
-            info["baselines"].append({"shape": name, "backend": label, "ms": ms, "tflops": flop / ms / 1e9,
-                                      "queued_ms": queued})
-            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s (queued {queued:.2f} ms)")
+            entry = {"shape": name, "backend": label, "ms": ms, "tflops": flop / ms / 1e9, "queued_ms": queued}
+            sustained = ""
+            if sustain_s and label == "sdpa-cudnn":  # the reference of the sustained ratios
+                s_ms, s_mhz = sustained_ms(f, seconds=sustain_s)
+                base_sustained[label] = s_ms
+                entry.update(sustained_ms=s_ms, sustained_sm_mhz=s_mhz)
+                sustained = f", sustained {s_ms:.2f} ms at {s_mhz or '?'} MHz"
+            info["baselines"].append(entry)
+            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s (queued {queued:.2f} ms{sustained})")
         if sageattn is not None:
             try:
                 kk = k.clone()  # sageattention 1.0.6 subtracts K's mean in place
@@ -107,6 +117,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                     call = lambda: attend(q, k, v, recipe)
                 total_ms = median_ms(call, warmup=1, reps=n)
                 queued = queued_ms(call, reps=n)
+                s_ms, s_mhz = sustained_ms(call, seconds=sustain_s) if sustain_s else (None, None)
                 finalize_stats(st)  # (the split calls' stats: which kernel ran, whether a fallback did)
             except Exception as exc:
                 log(f"{name} {label}: failed ({type(exc).__name__}: {exc})")
@@ -119,6 +130,9 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                    "ratio_sageattention": base["sageattention"] / total_ms if "sageattention" in base else None,
                    "queued_ms": queued,
                    "ratio_cudnn_queued": base_queued["sdpa-cudnn"] / queued if "sdpa-cudnn" in base_queued else None,
+                   "sustained_ms": s_ms, "sustained_sm_mhz": s_mhz,
+                   "ratio_cudnn_sustained": (base_sustained["sdpa-cudnn"] / s_ms
+                                             if s_ms and "sdpa-cudnn" in base_sustained else None),
                    "qk_fallback": st.qk_fallback, "v_fallback": st.v_fallback,
                    # attend runs unquantized recipes on torch SDPA; the kernel columns time the dense Triton kernel
                    "kernel": "sdpa" if table_row.plain_softmax and not kw else st.kernel,
@@ -128,7 +142,9 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
             log(f"{name:13s} {label:24s} {total_ms:9.2f} ms {row['tflops']:7.1f} TFLOP/s "
                 f"({st.kernel} kernel {kernel_ms:.2f} ms = {row['kernel_tflops']:.1f}, pre-pass {prepass_ms:.2f} ms)"
                 + (f"  x{rc:.2f} cuDNN" if rc else "")
-                + (f" | queued {queued:.2f} ms x{row['ratio_cudnn_queued']:.2f}" if row["ratio_cudnn_queued"] else ""))
+                + (f" | queued {queued:.2f} ms x{row['ratio_cudnn_queued']:.2f}" if row["ratio_cudnn_queued"] else "")
+                + (f" | sustained {s_ms:.2f} ms x{row['ratio_cudnn_sustained']:.2f} at {s_mhz or '?'} MHz"
+                   if row["ratio_cudnn_sustained"] else ""))
         del q, k, v
         torch.cuda.empty_cache()
     return info
@@ -220,16 +236,18 @@ def to_markdown(info: dict) -> str:
     lines = [f"GPU: {info['gpu']}, driver {info.get('driver')}, torch {info['torch']} (CUDA {info.get('cuda')}), "
              f"Triton {info['triton']}, sageattention {info.get('sageattention')}", "",
              "| shape | recipe / backend | runs on | TFLOP/s | × cuDNN | × flash | × sage 1.0.6 | pre-pass ms | kernel ms "
-             "| total ms | queued ms | × cuDNN queued |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| total ms | queued ms | × cuDNN queued | sustained ms | × cuDNN sustained |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
     for b in info["baselines"]:
         lines.append(f"| {b['shape']} | {b['backend']} | | {b['tflops']:.1f} | | | | | | {b['ms']:.2f} | "
-                     f"{fmt(b.get('queued_ms'))} | |")
+                     f"{fmt(b.get('queued_ms'))} | | {fmt(b.get('sustained_ms'))} | |")
     for r in info["rows"]:
         lines.append(f"| {r['shape']} | {r['recipe']} | {r.get('kernel', '')} | {r['tflops']:.1f} | {fmt(r['ratio_cudnn'])} | "
                      f"{fmt(r['ratio_flash'])} | {fmt(r['ratio_sageattention'])} | {r['prepass_ms']:.2f} | "
                      f"{r['kernel_ms']:.2f} | {r['total_ms']:.2f} | {fmt(r.get('queued_ms'))} | "
-                     f"{fmt(r.get('ratio_cudnn_queued'))} |")
+                     f"{fmt(r.get('ratio_cudnn_queued'))} | {fmt(r.get('sustained_ms'))} | "
+                     f"{fmt(r.get('ratio_cudnn_sustained'))} |")
     draft = [r for r in info["rows"] if "density" in r]
     if draft:
         lines += ["", "Draft recipes (structured inputs; TFLOP/s dense-equivalent; pre-pass ms above includes the route):",

@@ -50,12 +50,17 @@ def register(app: typer.Typer) -> None:
             "extra row 'recipe[KEY=VALUE,...]'. sage2-int8, the MXFP4 and the INT4 recipes run the Gluon kernel by "
             "default; GLUON=false (or any Triton-only key) times the Triton kernel. Settings: "
             f"{settings_help()}."),
+        sustain: float = typer.Option(
+            2.0, "--sustain", min=0.0, help="Seconds of back-to-back calls per recipe and shape (and for cuDNN), the "
+            "second half timed: the speed once the GPU runs at the clock its power limit holds, as through a "
+            "denoising loop (0: skip)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
         markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table."),
     ) -> None:
         """Time of the public call attend(q, k, v, recipe) at the model zoo's shapes vs torch SDPA cuDNN/flash and
         sageattention 1.0.6, same tensors, same process: each call from an idle GPU (median; host work counts), calls
-        issued back to back as a model step issues them ("queued"), and the pre-pass and kernel on their own."""
+        issued back to back as a model step issues them ("queued"), the same under sustained load ("sustained":
+        power-limited clocks), and the pre-pass and kernel on their own."""
         import sys
 
         import torch
@@ -74,7 +79,7 @@ def register(app: typer.Typer) -> None:
         shapes = shapes or ["short", "wan1.3b-480p"]
         _check_known(shapes, _shape_names(SHAPES), "shape")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
-        info = bench_kernels(shapes, recipes, reps=reps, variants=variants, log=log)
+        info = bench_kernels(shapes, recipes, reps=reps, variants=variants, sustain_s=sustain, log=log)
         if as_json:
             print(json.dumps(info))
         elif markdown:
