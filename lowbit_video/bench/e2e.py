@@ -11,6 +11,11 @@ the recipe's precision policy at a mid-schedule step); dense attention inside a 
 `sdpa_kernel(CUDNN_ATTENTION)`. Timing: CUDA events around each forward, warm-up forwards first
 (Triton compilation), median of `reps`.
 
+`compiled`: the blocks compiled as `generate --compile` compiles them (models/regional_compile.py: regional,
+fullgraph, Inductor; the baseline too, each recipe traced afresh), so the norms, RoPE and elementwise work around
+the attention calls is fused for every row alike. `breakdown`: one more forward under torch.profiler, its GPU time
+summed by kind of kernel (`kernel_kind`): where a recipe's forward gains and what it leaves.
+
 Token counts (81 frames -> 21 latent frames): 480p (832x480, latent 104x60) 21x30x52 = 32760;
 720p (1280x720, latent 160x90) 21x45x80 = 75600. Text: 512 tokens.
 """
@@ -57,6 +62,70 @@ def _inputs(resolution: str, *, seed: int, device: str, dtype) -> dict:
                 timestep=torch.tensor([500], device=device), return_dict=False)
 
 
+# this package's attention kernels proper (kernels/_core.py, gluon_ws.py, draft_ws.py); its other Triton and
+# Gluon functions are the pre-passes, the draft route and the epilogue passes around them
+ATTENTION_KERNELS = frozenset({"attn_fwd", "attn_ws_fwd", "draft_fwd", "draft_ws_fwd"})
+KINDS = ("quantized attention", "pre-pass and route", "SDPA (16-bit attention)", "GEMM",
+         "Inductor (fused norms, RoPE, elementwise)", "other")
+
+
+def project_kernel_names() -> frozenset:
+    """The names of every Triton / Gluon function in lowbit_video.kernels: the names the profiler gives their
+    launches."""
+    import importlib
+    import pkgutil
+
+    from triton.runtime.jit import JITFunction
+
+    from .. import kernels
+
+    names = set()
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        names.update(n for n, obj in vars(module).items() if isinstance(obj, JITFunction))
+    return frozenset(names)
+
+
+def kernel_kind(name: str, ours: frozenset) -> str:
+    """The kind (one of KINDS) of a GPU kernel, by its name: this package's (`ours`: `project_kernel_names`)
+    attention kernels or their pre-passes, then Inductor's generated kernels (named triton_*, even where their
+    name mentions the attention op they were fused next to), torch SDPA's (cuDNN, flash, memory-efficient),
+    cuBLAS / CUTLASS GEMMs, and the rest (copies, memsets, eager elementwise kernels)."""
+    if name in ATTENTION_KERNELS:
+        return KINDS[0]
+    if name in ours:
+        return KINDS[1]
+    if name.startswith("triton_"):
+        return KINDS[4]
+    low = name.lower()
+    if any(s in low for s in ("fmha", "flash", "cudnn", "sdpa", "attention")):
+        return KINDS[2]
+    if any(s in low for s in ("gemm", "nvjet", "xmma", "cutlass", "cublas")) or low.startswith("sm90_"):
+        return KINDS[3]
+    return KINDS[5]
+
+
+def gpu_time_by_kind(fn) -> dict:
+    """{kind: {"ms", "kernels"}} of one call of `fn` under torch.profiler (CUDA activity): each kernel's GPU time,
+    summed by `kernel_kind`, in KINDS order, kinds with no kernel left out."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ours = project_kernel_names()
+    total = {kind: [0.0, 0] for kind in KINDS}
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:  # torch before 2.4 named it for CUDA
+            us = e.self_cuda_time_total
+        if us > 0:
+            t = total[kernel_kind(e.key, ours)]
+            t[0] += us / 1e3
+            t[1] += e.count
+    return {kind: {"ms": round(ms, 2), "kernels": n} for kind, (ms, n) in total.items() if n}
+
+
 def _time(fn, *, warmup: int, reps: int) -> list[float]:
     from .common import cuda_times
 
@@ -64,11 +133,15 @@ def _time(fn, *, warmup: int, reps: int) -> list[float]:
 
 
 def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, model: str = "wan2.1-t2v-14b",
-              blocks: int | None = None, reps: int = 3, warmup: int = 1, seed: int = 0, log=print) -> list[dict]:
-    """Rows {model, resolution, recipe, tokens, blocks, params, ms, ms_all, x_cudnn, attention_calls}; `model` a
-    name of MODELS, `blocks` default all of its blocks."""
+              blocks: int | None = None, reps: int = 3, warmup: int = 1, seed: int = 0, compiled: bool = False,
+              breakdown: bool = False, log=print) -> list[dict]:
+    """Rows {model, resolution, recipe, tokens, blocks, params, ms, ms_all, x_cudnn, attention_calls}, with
+    `compiled` (True) when compiled and `gpu_ms_by_kind` (`gpu_time_by_kind`) under `breakdown`; `model` a name of
+    MODELS, `blocks` default all of its blocks. Compiled rows count no attention calls (the compiled blocks' hooks
+    run inside the graph)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from ..models import regional_compile
     from ..models.injection import use_recipe
     from ..models.steps import StepTracker
 
@@ -77,6 +150,9 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
     blocks = config["num_layers"] if blocks is None else blocks
     model = build_wan(blocks, config=config, seed=seed, device=dev, dtype=dt)
     n_params = sum(p.numel() for p in model.parameters())
+    if compiled:
+        regional_compile.compile_blocks(model)
+        warmup = max(warmup, 2)  # the first forward of each row traces and compiles the blocks
     rows = []
     for res in resolutions:
         f, h, w = RESOLUTIONS[res]
@@ -84,10 +160,15 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
         inp = _inputs(res, seed=seed, device=dev, dtype=dt)
         base = None
         for recipe in (BASELINE, *recipes):
+            if compiled:
+                regional_compile.forget_graphs()  # traced afresh under this recipe's hooks (or none)
+            kinds = None
             with torch.inference_mode(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 if recipe == BASELINE:
                     times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
                     calls = None
+                    if breakdown:
+                        kinds = gpu_time_by_kind(lambda: model(**inp))
                 else:
                     tracker = StepTracker()
                     tracker.num_steps, tracker.step = 50, 25  # mid-schedule: step policies do not apply
@@ -95,12 +176,21 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
                         times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
                         calls = handle.calls
                         calls = {k: calls[k] for k in ("quantized", "high", "fallback")}
+                        if breakdown:
+                            kinds = gpu_time_by_kind(lambda: model(**inp))
             ms = statistics.median(times)
             if recipe == BASELINE:
                 base = ms
             row = dict(model=name, resolution=res, recipe=recipe, tokens=tokens, blocks=blocks, params=n_params,
                        ms=round(ms, 2), ms_all=[round(t, 2) for t in times],
-                       x_cudnn=round(base / ms, 3), attention_calls=calls)
+                       x_cudnn=round(base / ms, 3), attention_calls=None if compiled else calls)
+            if compiled:
+                row["compiled"] = True
+            if kinds is not None:
+                row["gpu_ms_by_kind"] = kinds
             rows.append(row)
-            log(f"e2e {name} {res} {recipe}: {ms:.1f} ms ({base / ms:.3f}x cuDNN) calls={calls}")
+            log(f"e2e {name} {res} {recipe}{' (compiled)' if compiled else ''}: {ms:.1f} ms ({base / ms:.3f}x cuDNN) "
+                f"calls={row['attention_calls']}")
+            for kind, k in (kinds or {}).items():
+                log(f"    {kind:42s} {k['ms']:9.2f} ms  {k['kernels']:5d} kernels")
     return rows

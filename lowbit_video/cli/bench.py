@@ -179,6 +179,11 @@ def register(app: typer.Typer) -> None:
         recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="Recipes (repeat; default sage2-int8, mxattention)."),
         blocks: Optional[int] = typer.Option(None, "--blocks", min=1, max=40, help="Transformer blocks to build and time (default all: 40 for 14B, 30 for 1.3B)."),
         reps: int = typer.Option(3, "--reps", min=1, help="Timed forwards per recipe (median)."),
+        compile_: bool = typer.Option(False, "--compile", help="Compile the transformer's blocks as generate --compile "
+                                      "does (regional torch.compile; the baseline too)."),
+        breakdown: bool = typer.Option(False, "--breakdown", help="Also profile one forward per row and report its "
+                                       "GPU time by kind of kernel (quantized attention, pre-pass, SDPA, GEMM, "
+                                       "Inductor's fused kernels, other)."),
         as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
     ) -> None:
         """One Wan2.1-14B- or 1.3B-shaped DiT forward per recipe vs the same forward on SDPA cuDNN (bf16)."""
@@ -199,6 +204,7 @@ def register(app: typer.Typer) -> None:
         res = resolution or ["480p"]
         _check_known(res, RESOLUTIONS, "resolution")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
-        rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], model=model, blocks=blocks, reps=reps, log=log)
+        rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], model=model, blocks=blocks, reps=reps,
+                         compiled=compile_, breakdown=breakdown, log=log)
         if as_json:
             print(json.dumps(rows))
