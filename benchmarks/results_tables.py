@@ -4,7 +4,8 @@
 `lowbit-video bench e2e --json` prints a list of rows (per model, resolution and recipe, the cuDNN forward first).
 This script lays them out as the results pages do: one row per recipe, one column pair (ms, × cuDNN) per shape or
 model and resolution; for kernels also the calls issued back to back and under sustained load (where the run timed
-them) and the pre-pass / kernel split at one shape.
+them), the SM clock under sustained load, and the pre-pass / kernel split at one shape; for e2e also the GPU time
+of one forward by kind of kernel (where the run profiled it).
 
 Examples:
     python benchmarks/results_tables.py kernels results/kernels-h200.json
@@ -70,6 +71,23 @@ def kernels_table(info: dict, timing: str = "idle") -> str:
     return "\n".join(lines)
 
 
+def clock_table(info: dict) -> str:
+    """The SM clock (MHz) at the end of each sustained timing, per backend or recipe and shape ("" when the run
+    recorded none): what the power limit held under that load."""
+    timed = [dict(b, recipe=BASELINE_NAMES.get(b["backend"], b["backend"])) for b in info["baselines"]
+             if b.get("sustained_sm_mhz")] + [dict(r, recipe=f"`{r['recipe']}`") for r in info["rows"]
+                                               if r.get("sustained_sm_mhz")]
+    if not timed:
+        return ""
+    shapes = _ordered(r["shape"] for r in timed)
+    lines = ["| SM clock under sustained load, MHz | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]
+    for name in _ordered(r["recipe"] for r in timed):
+        cells = [next((str(r["sustained_sm_mhz"]) for r in timed if r["recipe"] == name and r["shape"] == s), "—")
+                 for s in shapes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def split_table(info: dict, shape: str) -> str:
     """Pre-pass and kernel timed on their own at one shape (the draft recipes' pre-pass includes the route)."""
     lines = ["| recipe | pre-pass ms | kernel ms | kernel TFLOP/s | kernel alone × cuDNN |", "|---|---|---|---|---|"]
@@ -99,6 +117,26 @@ def e2e_table(rows: list) -> str:
     return "\n".join(lines)
 
 
+def e2e_breakdown_table(rows: list) -> str:
+    """GPU time of one forward by kind of kernel (`bench e2e --breakdown`), one column per row that has it ("" when
+    none has)."""
+    rows = [r for r in rows if r.get("gpu_ms_by_kind")]
+    if not rows:
+        return ""
+    # the kinds in the order of the row with the most of them (bench e2e writes them in one fixed order)
+    kinds = _ordered(k for r in sorted(rows, key=lambda r: -len(r["gpu_ms_by_kind"])) for k in r["gpu_ms_by_kind"])
+    name = lambda r: "SDPA cuDNN bf16" if r["recipe"] == "sdpa-cudnn" else f"`{r['recipe']}`"  # noqa: E731
+    lines = ["| GPU ms of one forward | " + " | ".join(f"{name(r)} ({r['resolution']})" for r in rows) + " |",
+             "|---|" + "---|" * len(rows)]
+    for kind in kinds:
+        lines.append(f"| {kind} | " + " | ".join(
+            f"{r['gpu_ms_by_kind'][kind]['ms']:.2f}" if kind in r["gpu_ms_by_kind"] else "—" for r in rows) + " |")
+    lines.append("| total (kernels) | " + " | ".join(
+        f"{sum(k['ms'] for k in r['gpu_ms_by_kind'].values()):.2f}" for r in rows) + " |")
+    lines.append("| forward, CUDA events (median) | " + " | ".join(f"{r['ms']:.2f}" for r in rows) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,10 +149,10 @@ def main(argv=None) -> int:
             data = json.load(f)
         if args.kind == "kernels":
             tables = (kernels_table(data), kernels_table(data, "queued"), kernels_table(data, "sustained"),
-                      split_table(data, args.split_shape))
+                      clock_table(data), split_table(data, args.split_shape))
             text = "\n\n".join(t for t in tables if t)
         else:
-            text = e2e_table(data)
+            text = "\n\n".join(t for t in (e2e_table(data), e2e_breakdown_table(data)) if t)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: {args.json}: not a readable `bench {args.kind} --json` output ({type(exc).__name__}: {exc})",
               file=sys.stderr)

@@ -177,6 +177,37 @@ def test_sustained_table_ratios_against_cudnn_sustained():
     assert lines[2:] == ["| SDPA cuDNN bf16 | 1.36 | 1.00× |", "| `r` | 1.31 | 1.04× |"]
 
 
+def test_clock_table_lists_the_sustained_timings_clocks():
+    from benchmark_scripts import load
+
+    tables = load("results_tables")
+    info = {"baselines": [{"shape": "a", "backend": "sdpa-cudnn", "sustained_sm_mhz": 1470},
+                          {"shape": "a", "backend": "sdpa-flash"}],
+            "rows": [{"shape": "a", "recipe": "r", "sustained_sm_mhz": 1965},
+                     {"shape": "b", "recipe": "r", "sustained_sm_mhz": 1800}]}
+    assert tables.clock_table(info).splitlines() == [
+        "| SM clock under sustained load, MHz | a | b |", "|---|---|---|",
+        "| SDPA cuDNN bf16 | 1470 | — |", "| `r` | 1965 | 1800 |"]
+    assert tables.clock_table({"baselines": [], "rows": [{"shape": "a", "recipe": "r"}]}) == ""
+
+
+def test_e2e_breakdown_table_sums_each_forwards_kinds():
+    from benchmark_scripts import load
+
+    tables = load("results_tables")
+    rows = [{"recipe": "sdpa-cudnn", "resolution": "480p", "ms": 10.0,
+             "gpu_ms_by_kind": {"SDPA": {"ms": 6.0, "kernels": 2}, "GEMM": {"ms": 3.5, "kernels": 4}}},
+            {"recipe": "r", "resolution": "480p", "ms": 8.0,
+             "gpu_ms_by_kind": {"quantized attention": {"ms": 4.0, "kernels": 1}, "SDPA": {"ms": 0.25, "kernels": 1},
+                                "GEMM": {"ms": 3.25, "kernels": 4}}},
+            {"recipe": "s", "resolution": "480p", "ms": 9.0}]  # not profiled: no column
+    assert tables.e2e_breakdown_table(rows).splitlines() == [
+        "| GPU ms of one forward | SDPA cuDNN bf16 (480p) | `r` (480p) |", "|---|---|---|",
+        "| quantized attention | — | 4.00 |", "| SDPA | 6.00 | 0.25 |", "| GEMM | 3.50 | 3.25 |",
+        "| total (kernels) | 9.50 | 7.50 |", "| forward, CUDA events (median) | 10.00 | 8.00 |"]
+    assert tables.e2e_breakdown_table(rows[2:]) == ""
+
+
 def test_results_tables_lay_out_the_committed_json():
     out = subprocess.run([sys.executable, "benchmarks/results_tables.py", "kernels", "results/kernels-h200.json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
