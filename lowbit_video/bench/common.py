@@ -108,6 +108,17 @@ def queued_ms(fn, *, reps: int, head_start_cycles: int = 0) -> float:
     return a.elapsed_time(b) / reps
 
 
+def sm_clock_mhz() -> int | None:
+    """The GPU's SM clock in MHz over NVML's last sample period (about the last 1/6 s), or None where NVML
+    (pynvml / nvidia-ml-py) is missing."""
+    import torch
+
+    try:
+        return int(torch.cuda.clock_rate())
+    except Exception:
+        return None
+
+
 def sustained_ms(fn, *, seconds: float, settle_s: float = 1.0) -> tuple[float, int | None]:
     """(milliseconds per call, the SM clock in MHz when the timed calls ended, or None where the driver's library is
     missing) of `fn()` under sustained load: calls issued back to back for about `seconds` / 2 untimed, so that the
@@ -131,10 +142,7 @@ def sustained_ms(fn, *, seconds: float, settle_s: float = 1.0) -> tuple[float, i
         fn()
     b.record()
     b.synchronize()
-    try:
-        clock = int(torch.cuda.clock_rate())  # NVML's SM clock over its last sample period
-    except Exception:  # no NVML (pynvml / nvidia-ml-py) where this runs
-        clock = None
+    clock = sm_clock_mhz()
     time.sleep(settle_s)
     return a.elapsed_time(b) / n, clock
 
@@ -145,4 +153,4 @@ def median_ms(fn, *, warmup: int, reps: int) -> float:
 
 
 __all__ = ["ALIASES", "BenchShape", "GEOMETRIES", "SHAPES", "shape_name", "cuda_times", "default_recipes", "draft_recipes", "median_ms",
-           "queued_ms", "sustained_ms"]
+           "queued_ms", "sm_clock_mhz", "sustained_ms"]
