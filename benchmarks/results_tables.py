@@ -1,4 +1,4 @@
-"""Markdown tables of results/kernels-h200.md, results/kernels-h100.md and results/e2e-h200.md from the JSON their bench commands print.
+"""Markdown tables of results/kernels-h200.md and results/e2e-h200.md from the JSON their bench commands print.
 
 `lowbit-video bench kernels --json` prints one object (rows per shape and recipe, baselines per shape);
 `lowbit-video bench e2e --json` prints a list of rows (per model, resolution and recipe, the cuDNN forward first).

@@ -125,26 +125,19 @@ def sustained_ms(fn, *, seconds: float, settle_s: float = 1.0) -> tuple[float, i
     GPU settles at the clock its power limit holds, then as many timed with events around them; then `settle_s` of
     sleep, so that the next measurement starts from idle clocks again. Why: a run of a few calls runs at the boost
     clock, a model step does not. Under sustained attention an H100 at its 700 W limit ran cuDNN bf16 at about
-    1550 MHz and sage2-int8's kernel at about 1830, against 1980 for short runs (results/kernels-h100.md), so the
-    ratios differ. Call after warm-up calls."""
+    1550 MHz and sage2-int8's kernel at about 1830, against 1980 for short runs (results/kernels-h200.md, "The zoo on
+    one H100"), so the ratios differ. Call after warm-up calls."""
     import math
     import time
 
-    import torch
-
     per = queued_ms(fn, reps=3)  # a first estimate of one call
     n = max(3, math.ceil(seconds / 2 * 1e3 / max(per, 1e-3)))
-    for _ in range(n):
+    for _ in range(n):  # untimed: the clock settles (the timed run's synchronisation first costs one call's host time)
         fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    b.synchronize()
+    ms = queued_ms(fn, reps=n)
     clock = sm_clock_mhz()
     time.sleep(settle_s)
-    return a.elapsed_time(b) / n, clock
+    return ms, clock
 
 
 def median_ms(fn, *, warmup: int, reps: int) -> float:
