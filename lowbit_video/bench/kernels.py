@@ -85,7 +85,8 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                 entry.update(sustained_ms=s_ms, sustained_sm_mhz=s_mhz)
                 sustained = f", sustained {s_ms:.2f} ms at {s_mhz or '?'} MHz"
             info["baselines"].append(entry)
-            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s (queued {queued:.2f} ms{sustained})")
+            log(f"{name:13s} {label:24s} {ms:9.2f} ms {flop / ms / 1e9:7.1f} TFLOP/s "
+                f"(queued {queued:.2f} ms{sustained})")
         if sageattn is not None:
             try:
                 kk = k.clone()  # sageattention 1.0.6 subtracts K's mean in place
