@@ -22,6 +22,8 @@ Token counts (81 frames -> 21 latent frames): 480p (832x480, latent 104x60) 21x3
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import statistics
 
 import torch
@@ -69,6 +71,7 @@ KINDS = ("quantized attention", "pre-pass and route", "SDPA (16-bit attention)",
          "Inductor (fused norms, RoPE, elementwise)", "other")
 
 
+@functools.lru_cache(maxsize=1)
 def project_kernel_names() -> frozenset:
     """The names of every Triton / Gluon function in lowbit_video.kernels: the names the profiler gives their
     launches."""
@@ -132,6 +135,15 @@ def _time(fn, *, warmup: int, reps: int) -> list[float]:
     return cuda_times(fn, warmup=warmup, reps=reps)
 
 
+def _mid_step():
+    """A step tracker at a mid-schedule step: the recipes' step policies do not apply to the timed forwards."""
+    from ..models.steps import StepTracker
+
+    tracker = StepTracker()
+    tracker.num_steps, tracker.step = 50, 25
+    return tracker
+
+
 def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, model: str = "wan2.1-t2v-14b",
               blocks: int | None = None, reps: int = 3, warmup: int = 1, seed: int = 0, compiled: bool = False,
               breakdown: bool = False, log=print) -> list[dict]:
@@ -143,7 +155,6 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
 
     from ..models import regional_compile
     from ..models.injection import use_recipe
-    from ..models.steps import StepTracker
 
     dev, dt = "cuda", torch.bfloat16
     name, config = model, MODELS[model]
@@ -162,22 +173,12 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
         for recipe in (BASELINE, *recipes):
             if compiled:
                 regional_compile.forget_graphs()  # traced afresh under this recipe's hooks (or none)
-            kinds = None
-            with torch.inference_mode(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                if recipe == BASELINE:
-                    times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
-                    calls = None
-                    if breakdown:
-                        kinds = gpu_time_by_kind(lambda: model(**inp))
-                else:
-                    tracker = StepTracker()
-                    tracker.num_steps, tracker.step = 50, 25  # mid-schedule: step policies do not apply
-                    with use_recipe(model, recipe, tracker=tracker) as handle:
-                        times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
-                        calls = handle.calls
-                        calls = {k: calls[k] for k in ("quantized", "high", "fallback")}
-                        if breakdown:
-                            kinds = gpu_time_by_kind(lambda: model(**inp))
+            installed = (contextlib.nullcontext() if recipe == BASELINE
+                         else use_recipe(model, recipe, tracker=_mid_step()))
+            with torch.inference_mode(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION), installed as handle:
+                times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
+                calls = None if handle is None else {k: handle.calls[k] for k in ("quantized", "high", "fallback")}
+                kinds = gpu_time_by_kind(lambda: model(**inp)) if breakdown else None
             ms = statistics.median(times)
             if recipe == BASELINE:
                 base = ms
