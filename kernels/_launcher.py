@@ -15,6 +15,7 @@ profiler), every call takes Triton's path.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 
@@ -77,7 +78,41 @@ class Launcher:
             kernel = self.fn[grid](*args, **constexprs)
             self.compiled[key] = kernel
             return kernel
-        g = tuple(grid) + (1, 1)
-        kernel.run(g[0], g[1], g[2], _stream(device), kernel.function,
-                   kernel.packed_metadata, None, None, None, *args, *rest)
+        run_compiled(kernel, grid, _stream(device), (*args, *rest))
         return kernel
+
+
+def launch(fn, grid, *args, **constexprs):
+    """Launch `fn` on `grid` the way its kind is launched: a `Launcher` by calling it, a Triton JIT function as
+    `fn[grid](*args, **constexprs)`. Returns the compiled kernel that ran (the pre-passes and kernels take this
+    function as their `launch` argument, so that a caller can record their launches: kernels/plans.py)."""
+    if isinstance(fn, Launcher):
+        return fn(grid, *args, **constexprs)
+    return fn[grid](*args, **constexprs)
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn) -> tuple[tuple[str, ...], dict]:
+    """(parameter names, defaults) of the Python function behind a Triton JIT function."""
+    params = list(inspect.signature(fn.fn).parameters.values())
+    return tuple(p.name for p in params), {p.name: p.default for p in params
+                                            if p.default is not inspect.Parameter.empty}
+
+
+def bound_arguments(fn, args: tuple, constexprs: dict) -> tuple:
+    """Every parameter of `fn`'s kernel in order, as its compiled launcher takes them (what `JITFunction.run`
+    binds): the positional arguments, then each later parameter from `constexprs` or its default. Launch options
+    (num_warps, ...) are no parameters: the compiled kernel holds them."""
+    if isinstance(fn, Launcher):
+        names, defaults = fn.names, fn.defaults
+    else:
+        names, defaults = _signature(fn)
+    return tuple(args) + tuple(constexprs[n] if n in constexprs else defaults[n] for n in names[len(args):])
+
+
+def run_compiled(kernel, grid: tuple, stream, args: tuple) -> None:
+    """Launch a compiled kernel directly through its own launcher (no binding, specialization or cache look-up):
+    `args` as `bound_arguments` gives them, `stream` the raw CUDA stream (`current_stream`)."""
+    g = tuple(grid) + (1, 1)
+    kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+

@@ -238,6 +238,8 @@ class Variant:
     gluon: bool = False  # the Gluon kernel (kernels/gluon_ws.py) has a mode for it (setting GLUON)
     block_m: int | None = None  # the query tile the variant needs (its Q-smoothing group), if any
     smooths_k: bool = False  # its pre-pass subtracts K's mean whatever the recipe says (sage2's), so the LSE adds it
+    replay: bool = False  # its pre-pass and kernel are kernel launches only and rewrite every buffer they read on each
+    #                       call, so a call plan may replay them (kernels/plans.py)
 
     @property
     def has_kernel(self) -> bool:
@@ -255,7 +257,7 @@ VARIANTS = (
     Variant("sage", "INT8 Q/K, FP8 V and P̃ (sage2-int8)",
             lambda s: s.kind == "quantized" and _formats(s) == ["int8", "int8", "fp8_e4m3", "fp8_e4m3"],
             _refuse_sage, prepass="operands:sage_operands", mode=MODE_SAGE, settings=_ATTN, gluon=True,
-            smooths_k=True),
+            smooths_k=True, replay=True),
     Variant("int4", "INT4 everywhere (rotateattention-*, int4-baseline): integer codes on exact MMAs",
             lambda s: s.kind == "quantized" and _formats(s) == ["int4"] * 4, _refuse_int4,
             prepass="operands:int4_operands", mode=MODE_INT4, settings=_ATTN, gluon=True, block_m=QUERY_GROUP),

@@ -43,6 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from triton.language.core import _aggregate as aggregate
 
+from . import _launcher
 from ._core import MODE_INT4, MODE_MX, MODE_SAGE, _pow2, e2m1_round_bits, int4_p_codes, mx_exponent, row_lse
 from ._launcher import Launcher
 from .unrotate import unrotate
@@ -701,14 +702,15 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bool = False,
-           early: bool = False, work_loop: bool = False, consumers: int = 2, lse=None):
+           early: bool = False, work_loop: bool = False, consumers: int = 2, lse=None, run=_launcher.launch):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
     out = that · H / sqrt(D) by `unrotate.unrotate` (the Triton kernel does it in its epilogue). work_loop: the
     programs (one per work tile) run theirs inside a loop rather than without one: same arithmetic per tile, so the
     same output bits; only ptxas's schedule, and so the speed, differs. lse: an fp32 (B·H, Nq) tensor the rows'
-    log-sum-exp is written to (None: not computed)."""
+    log-sum-exp is written to (None: not computed). run: how the kernel is launched (`_launcher.launch`, or a call
+    plan's recorder, kernels/plans.py)."""
     import torch
 
     if so[3] != 1:
@@ -730,7 +732,7 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
     n_work = triton.cdiv(Nq, consumers * ROWS) * BH
-    _launch_attn_ws((n_work,),
+    run(_launch_attn_ws, (n_work,),
         qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse, P["sqs"], P["sks"],
         P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],

@@ -16,7 +16,7 @@ import torch
 import triton
 
 from lowbit_video.errors import refuse_autograd
-from . import dispatch, prepass
+from . import _launcher, dispatch, plans, prepass
 from ._core import LOG2E, attn_fwd
 from .dispatch import merged_config
 
@@ -95,8 +95,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         (out, lse).
 
     Inference-only: the kernels have no backward, so a call autograd would record raises InferenceOnlyError.
+
+    A call without stats, key padding mask or config, of a row whose launches a plan may replay (sage2-int8), records
+    its launches as a call plan; later calls of the same signature replay them (kernels/plans.py).
     """
     refuse_autograd("lowbit_video.kernels.attention", q, k, v)
+    plannable = stats is None and key_padding_mask is None and not config and q.is_cuda and plans.available()
+    if plannable:
+        spec = dispatch.attention_spec(recipe)
+        plan_key = plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
+                             None if rope_segments is None else tuple(rope_segments))
+        plan = plans.PLANS.get(plan_key, spec)
+        if plan is not None:
+            B, H, Nq, sm_scale, smooth = plan.extra
+            out = _new_output(q)
+            lse = torch.empty((B * H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
+            plan.replay(q, k, v, out, lse)
+            return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
     spec, row = _spec_and_row(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
@@ -122,15 +137,35 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     if cfg.get("DS", "table") not in ("table", "fused"):
         raise ValueError(f"config DS must be 'table' or 'fused', got {cfg['DS']!r}")
     gluon = dispatch.gluon_runs(cfg, key_padding_mask is not None, promote, q.device)
+    recorder = plans.Recorder() if plannable and row.replay else None
+    run = recorder if recorder is not None else _launcher.launch
     prep = _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
-                    gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
+                    gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon), run=run)
     lse = torch.empty((B * H, Nq), device=dev, dtype=torch.float32) if return_lse else None
     out = _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
-                  promote, cfg, st, lse)
-    if not return_lse:
+                  promote, cfg, st, lse, run=run)
+    smooth = row.smooths_k or spec.smooth_k  # the pre-pass smoothed K
+    if recorder is not None:
+        plans.PLANS.put(plan_key, recorder.plan(spec, q, k, v, out, lse, extra=(B, H, Nq, sm_scale, smooth)))
+    return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
+
+
+def _new_output(q: torch.Tensor) -> torch.Tensor:
+    """The output of a call: q's shape, dtype and, where head_dim is contiguous in it, strides (the kernels write
+    head_dim contiguously)."""
+    out = torch.empty_like(q)
+    if out.stride(-1) != 1:  # (a strided view's layout)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return out
+
+
+def _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth):
+    """What `attention` returns: out, or with an LSE buffer (B·H, Nq) (out, lse) in the call's layout, the K mean's
+    share of each score added back where the pre-pass smoothed K."""
+    if lse is None:
         return out
     lse = lse.view(B, H, Nq)
-    if row.smooths_k or spec.smooth_k:  # the pre-pass smoothed K
+    if smooth:
         lse += smoothing_shift(q, k, layout, sm_scale)
     return out, (lse.transpose(1, 2) if layout == "BNHD" else lse)
 
@@ -174,10 +209,11 @@ def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pr
 
 
 def _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
-             qk_fp8=False):
+             qk_fp8=False, run=_launcher.launch):
     """The operands of the row's kernel (a dict of tensors, strides and constexprs): its pre-pass's
     (kernels/operands.py, timed when `st.timed`), or q, k and v as they are where the row has none. gluon: the Gluon
-    kernel will run if the operands are 8-bit; qk_fp8 (INT4): Q/K codes as E4M3 (kernels/operands.py)."""
+    kernel will run if the operands are 8-bit; qk_fp8 (INT4): Q/K codes as E4M3 (kernels/operands.py); run: how the
+    pre-pass launches its kernels."""
     why = dispatch.refuse_call(row, q, k)  # the input dtypes the row's kernel takes
     if why:
         raise ValueError(why)
@@ -191,7 +227,8 @@ def _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments=Non
             t1 = torch.cuda.Event(enable_timing=True)
             t0.record()
         ops = dispatch.entry_function(row.prepass)(q, k, v, spec, layout, B=B, H=H, D=D, exact_p=exact_p,
-                                                   gluon=gluon, qk_fp8=qk_fp8, ds=ds, rope_segments=rope_segments)
+                                                   gluon=gluon, qk_fp8=qk_fp8, ds=ds, rope_segments=rope_segments,
+                                                   run=run)
         if timed:
             t1.record()
             st._events = (t0, t1)  # read by finalize_stats (no extra sync on the hot path)
@@ -227,12 +264,11 @@ def _bf16_tiles(cfg: dict) -> dict:
     return dict(cfg, PIPE=False, NUM_STAGES=min(cfg["NUM_STAGES"], 3))
 
 
-def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st, lse=None):
+def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st, lse=None,
+            run=_launcher.launch):
     """The kernel on the pre-pass operands into a new output (and, given `lse` (B·H, Nq) fp32, the rows'
-    log-sum-exp into it, as the kernel scaled the scores)."""
-    out = torch.empty_like(q)
-    if out.stride(-1) != 1:  # (a strided view's layout): the kernels write head_dim contiguously
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    log-sum-exp into it, as the kernel scaled the scores), launched by `run`."""
+    out = _new_output(q)
     so = prepass._bhnd_strides(out, layout)
     P = prep
     fb = P["fallback"]
@@ -246,7 +282,8 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
                         defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
-                        work_loop=cfg.get("WORK_LOOP", False), consumers=cfg.get("CONSUMERS", 2), lse=lse)
+                        work_loop=cfg.get("WORK_LOOP", False), consumers=cfg.get("CONSUMERS", 2), lse=lse,
+                        run=run)
         st.kernel = "gluon"
     else:
         st.kernel = "triton"
@@ -255,7 +292,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
             tcfg = _bf16_tiles(cfg)
         grid = (triton.cdiv(Nq, tcfg["BLOCK_M"]), B * H)
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, tcfg, tcfg["NUM_STAGES"],
-              lse=lse)
+              lse=lse, run=run)
     if fb is not None:
         _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse)
     st._counts = fb["counts"] if fb is not None else None
@@ -264,8 +301,8 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
 
 
 def _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, stages, gated=False,
-          lse=None):
-    attn_fwd[grid](
+          lse=None, run=_launcher.launch):
+    run(attn_fwd, grid,
         P["qq"], P["kk"], P["vv"], out, P["qs"], P["ks"], P["vs"], kpm, bad,
         _placeholder(out.device, torch.float32) if lse is None else lse, P["kf"], P["qm"], P["hv"],
         *P["sq"][:3], *P["sk"][:3], *P["sv"], *so, P["sqs"], P["sks"], P["svs"], skpm, H, Nq, Nk, sm_scale * LOG2E,

@@ -3,12 +3,13 @@
 (kernels/dispatch.py `Variant.prepass`); the dense row has none (the kernel reads q, k and v as they are).
 
 Every function takes (q, k, v, spec, layout) and the call's keywords (B, H, D, exact_p, gluon, qk_fp8, ds,
-rope_segments: those a variant does not read it ignores) and returns the kernel's operands: qq, kk, vv (B·H, N, D)
-(Vᵀ: (B·H, D, N)), their scales qs, ks, vs, and the settings of its mode that differ from `launch.OPERAND_DEFAULTS`
-(P̃ rule and placement, Q smoothing, ΔS table, V rotation, ...). The kernels' strides are derived from the buffers
-by the launch. gluon: the Gluon kernel will run if the operands are 8-bit, so 8-bit Vᵀ is written in its key order
-(`prepass.operand_key`). qk_fp8 (INT4): Q/K codes as E4M3 rather than int8 (the kernels pick their QKᵀ MMA by that
-dtype).
+rope_segments, run: those a variant does not read it ignores) and returns the kernel's operands: qq, kk, vv (B·H,
+N, D) (Vᵀ: (B·H, D, N)), their scales qs, ks, vs, and the settings of its mode that differ from
+`launch.OPERAND_DEFAULTS` (P̃ rule and placement, Q smoothing, ΔS table, V rotation, ...). `run` launches each
+kernel (`_launcher.launch`, or a call plan's recorder, kernels/plans.py, for the rows a plan may replay). The
+kernels' strides are derived from the buffers by the launch. gluon: the Gluon kernel will run if the operands are
+8-bit, so 8-bit Vᵀ is written in its key order (`prepass.operand_key`). qk_fp8 (INT4): Q/K codes as E4M3 rather
+than int8 (the kernels pick their QKᵀ MMA by that dtype).
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ def mx_operands(q, k, v, spec, layout, *, B, H, D, exact_p, gluon, **_):
                 rule=rule, flq=flq, qmax=qmax, p_shift=8.0, pnq=spec.placement == "pnq")
 
 
-def sage_operands(q, k, v, spec, layout, *, gluon, **_):
+def sage_operands(q, k, v, spec, layout, *, gluon, run, **_):
     """sage2-int8: INT8 Q per token and K in per-thread groups (K smoothed by its mean), Vᵀ FP8 per channel, P̃
     FP8 at the recipe's static scale."""
-    qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, operand_order=gluon)
+    qq, qs, kk, ks, vv, vs = prepass.sage_prepass(q, k, v, layout, operand_order=gluon, run=run)
     return dict(qq=qq, qs=qs, kk=kk, ks=ks, vv=vv, vs=vs, p_fp8=True, p_shift=_p_shift(spec.p.static_scale))
 
 

@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
+from . import _launcher
 from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, each_in_fp32_range, in_fp32_range,
                         nvfp4_rows_exact, rne_int_exact32, round_to_int)
-
 from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
 
 # chunk partials per load of the statistics kernels that finish the token reductions
@@ -596,7 +596,8 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, COUNT, KMEAN, SV, sq
     programs to finish (COUNT, zeroed by the caller, counts them) turns its partials into K's mean and V's scales
     (`_sage_stats`). One launch instead of four: Q needs no statistic, so its pass runs beside the reductions (and
     the small Q programs fill the reductions' tail), and the statistics need no launch of their own (the GPU
-    waited for the host's launch between the reductions and the codes at short sequences)."""
+    waited for the host's launch between the reductions and the codes at short sequences). The last program resets
+    its COUNT entry to 0."""
     pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
     if pid < n_q_progs:
@@ -612,6 +613,9 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, COUNT, KMEAN, SV, sq
         tl.debug_barrier()
         if tl.atomic_add(COUNT + pid_bh, 1, sem="acq_rel", scope="gpu") == chunks - 1:
             _sage_stats(KPART, VPART, KMEAN, SV, pid_bh, BH, chunks, Nk, D)
+            # every chunk program of this (batch, head) has counted: the count back to 0, ready for the next call
+            # on the same buffer (a call plan's, kernels/plans.py)
+            tl.store(COUNT + pid_bh, 0)
 
 
 @triton.jit
@@ -626,14 +630,16 @@ def _sage_stats(KPART, VPART, KMEAN, SV, bh, BH, chunks, n, D: tl.constexpr):
     tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
 
 
-def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False):
+def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False,
+                 run=_launcher.launch):
     """sage2-int8 operands: (q int8 (B·H, N_pad, D), q scales (B·H, N_pad) fp32, k int8 (K smoothed:
     its per-channel mean over tokens subtracted; one scale per per-thread group of each TILE-token block), k scales
     (each token's group scale, B·H, N_pad), Vᵀ E4M3 (B·H, D, N_pad), V channel scales (B·H, D));
     the tokens of Vᵀ in `operand_key` order if operand_order (the Gluon kernel's). Two launches: Q's codes with
     K's and V's token statistics, which the last chunk of each (batch, head) turns into K's mean and V's scales,
     then K's and V's codes (five Triton passes and the torch reductions between them before, then a launch of
-    its own for the statistics: the GPU waited on the host between launches at short sequences)."""
+    its own for the statistics: the GPU waited on the host between launches at short sequences). `run`: how each
+    kernel is launched (`_launcher.launch`, or a recorder of a call plan: kernels/plans.py)."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     pad_q = triton.cdiv(Nq, TILE) * TILE
@@ -657,11 +663,11 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     rows, tb = SAGE_TILES.get(D, SAGE_TILES[128])
     n_q_progs = pad_q // rows
     count = torch.zeros((BH,), device=dev, dtype=torch.int32)  # chunk programs done per (batch, head)
-    _sage_q_and_stats_kernel[(n_q_progs + chunks, BH)](
+    run(_sage_q_and_stats_kernel, (n_q_progs + chunks, BH),
         q, k, v, qc, qs, kpart, vpart, count, kmean, sv, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout),
         *_bhnd_strides(v, layout), H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles,
         EMULATE_FMA=EMULATE_FMA, num_warps=SAGE_WARPS)
-    _sage_kv_codes_kernel[(pad_k // TILE + pad_k // tb, BH)](
+    run(_sage_kv_codes_kernel, (pad_k // TILE + pad_k // tb, BH),
         k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
         pad_k, pad_k // TILE, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
         num_warps=SAGE_WARPS)

@@ -42,6 +42,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from ..attention import attend
+    from ..kernels import plans
     from ..kernels.launch import attention, finalize_stats, split_call
 
     recipes = default_recipes() if recipes is None else tuple(recipes)
@@ -147,6 +148,7 @@ def bench_kernels(shapes=("short", "wan1.3b-480p"), recipes=None, *, reps: int |
                 + (f" | sustained {s_ms:.2f} ms x{row['ratio_cudnn_sustained']:.2f} at {s_mhz or '?'} MHz"
                    if row["ratio_cudnn_sustained"] else ""))
         del q, k, v
+        plans.clear()  # the shape's call plans keep buffers no later shape uses
         torch.cuda.empty_cache()
     return info
 

@@ -1,0 +1,254 @@
+"""kernels/plans.py: a repeated attention call replays the launches recorded for its signature. CPU tests drive the
+recorder and the replay with a stand-in JIT function and compiled kernel (which arguments a replay replaces, when a
+plan must not be kept, the key, the cache); the GPU tests hold replayed calls to the output bits of calls that run
+the whole path (`stats=` turns plans off)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from kernel_helpers import make_qkv, needs_cuda
+
+from lowbit_video.kernels import _launcher, plans
+
+
+class _Kernel:
+    """A compiled kernel's launch interface, recording its launches."""
+
+    function = "function"
+    packed_metadata = "metadata"
+
+    def __init__(self):
+        self.launches = []
+
+    def run(self, *a):
+        self.launches.append(a)
+
+
+class _JitFunction:
+    """What the recorder uses of a JITFunction: `fn` (the Python function) and `fn[grid](...)`, which launches and
+    returns the compiled kernel."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.kernel = _Kernel()
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.kernel.launches.append(("jit", grid, args, kwargs))
+            return self.kernel
+        return launch
+
+
+def _prepass_fn(X, OUT, n, BLOCK, FLAG=True):
+    pass
+
+
+def _kernel_fn(OUT_CODES, O, LSE, scale, MODE):
+    pass
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(_launcher, "_device", lambda: 0)
+    monkeypatch.setattr(_launcher, "_stream", lambda device: "stream")
+    monkeypatch.setattr(_launcher, "_hooked", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+def _record(q, k, v, out, lse, pre, ker, workspace):
+    """A call of two launches as the pre-passes make them: `pre` reads q and writes the workspace, `ker` reads the
+    workspace and writes out and lse."""
+    rec = plans.Recorder()
+    rec(pre, (4, 2), q, workspace, 7, BLOCK=64)
+    rec(ker, (3,), workspace, out, lse, 0.125, MODE=2)
+    return rec
+
+
+def test_a_replay_launches_the_recorded_kernels_with_the_calls_own_tensors(no_gpu):
+    pre, ker = _JitFunction(_prepass_fn), _JitFunction(_kernel_fn)
+    q, k, v, out, lse = (torch.zeros(16) for _ in range(5))
+    workspace = torch.zeros(32, dtype=torch.int8)
+    plan = _record(q, k, v, out, lse, pre, ker, workspace).plan("spec", q, k, v, out, lse, extra="extra")
+    assert plan is not None and plan.extra == "extra" and plan.workspace_bytes == 32
+    assert [x[0] for x in pre.kernel.launches + ker.kernel.launches] == ["jit", "jit"]  # recorded calls ran
+    q2, k2, v2, out2, lse2 = (torch.ones(16) for _ in range(5))
+    plan.replay(q2, k2, v2, out2, lse2)
+    # through the compiled kernels' own launchers: the grid as three dimensions, the recorded stream, the
+    # handles, no metadata or hooks, then every parameter in order (constexpr defaults filled in), the call's
+    # tensors in place of the recorded call's and the workspace as it was
+    (p,) = pre.kernel.launches[1:]
+    assert p[:9] == (4, 2, 1, "stream", "function", "metadata", None, None, None)
+    assert p[9] is q2 and p[10] is workspace and p[11:] == (7, 64, True)
+    (c,) = ker.kernel.launches[1:]
+    assert c[:3] == (3, 1, 1) and c[9] is workspace and c[10] is out2 and c[11] is lse2 and c[12:] == (0.125, 2)
+
+
+def test_no_plan_where_a_launch_took_a_view_of_the_calls_tensors(no_gpu):
+    pre, ker = _JitFunction(_prepass_fn), _JitFunction(_kernel_fn)
+    q, k, v, out, lse = (torch.zeros(16) for _ in range(5))
+    rec = plans.Recorder()
+    rec(pre, (1,), q[4:], torch.zeros(8), 7, BLOCK=64)  # a view: a replay would read the recorded call's q
+    assert rec.plan("spec", q, k, v, out, lse) is None
+
+    class Descriptor:  # a TMA descriptor of the call's output (its address is inside the descriptor)
+        block_shape = (4,)
+        base = out
+
+    rec = plans.Recorder()
+    rec(ker, (1,), torch.zeros(8), Descriptor(), lse, 0.5, MODE=2)
+    assert rec.plan("spec", q, k, v, out, lse) is None
+    rec = plans.Recorder()
+    rec(ker, (1,), torch.zeros(8), out, lse, 0.5, MODE=2)
+    assert rec.plan("spec", q, k, v, out, lse) is not None
+
+
+def test_no_plan_over_the_workspace_limit(no_gpu, monkeypatch):
+    pre, ker = _JitFunction(_prepass_fn), _JitFunction(_kernel_fn)
+    q, k, v, out, lse = (torch.zeros(16) for _ in range(5))
+    workspace = torch.zeros(1000, dtype=torch.int8)
+    rec = _record(q, k, v, out, lse, pre, ker, workspace)
+    monkeypatch.setattr(plans, "WORKSPACE_BYTES", 999)
+    assert rec.plan("spec", q, k, v, out, lse) is None
+    monkeypatch.setattr(plans, "WORKSPACE_BYTES", 1000)
+    assert rec.plan("spec", q, k, v, out, lse).workspace_bytes == 1000
+
+
+def test_views_of_one_workspace_buffer_count_once(no_gpu):
+    ker = _JitFunction(_kernel_fn)
+    q, k, v, out, lse = (torch.zeros(16) for _ in range(5))
+    buf = torch.zeros(64, dtype=torch.int8)
+    rec = plans.Recorder()
+    rec(ker, (1,), buf[:32], out, buf[32:], 0.5, MODE=2)
+    assert rec.plan("spec", q, k, v, out, lse).workspace_bytes == 64
+
+
+def test_the_key_separates_what_the_launches_depend_on(no_gpu):
+    x = torch.zeros(2, 3, 8, 16)
+    q, k, v = x.clone(), x.clone(), x.clone()
+    base = plans.key("s", q, k, v, "BHND", None)
+    assert plans.key("s", q, k, v, "BHND", None) == base
+    assert plans.key("s", q.clone(), k.clone(), v.clone(), "BHND", None) == base  # other tensors, same signature
+    assert plans.key("s", q, k, v, "BNHD", None) != base
+    assert plans.key("s", q, k, v, "BHND", 0.5) != base
+    assert plans.key("s", q.transpose(1, 2).contiguous().transpose(1, 2), k, v, "BHND", None) != base  # strides
+    assert plans.key("s", q.reshape(2, 3, 16, 8), k, v, "BHND", None) != base  # shape
+    assert plans.key("s", q.to(torch.float16), k, v, "BHND", None) != base
+    unaligned = torch.zeros(2 * 3 * 8 * 16 + 1)[1:].view(2, 3, 8, 16)  # 4 bytes past a 16-byte boundary
+    assert plans.key("s", unaligned, k, v, "BHND", None) != base
+    assert plans.key("s", q, q, v, "BHND", None) != plans.key("s", q, q.clone(), v, "BHND", None)  # q is k
+    other = []
+    t = threading.Thread(target=lambda: other.append(plans.key("s", q, k, v, "BHND", None)))
+    t.start()
+    t.join()
+    assert other[0] != base  # one plan per host thread
+
+
+def test_the_cache_keeps_the_most_recent_plans_of_the_same_spec(monkeypatch):
+    monkeypatch.setattr(plans, "MAX_PLANS", 2)
+    cache = plans.Plans()
+    spec = object()
+    made = {n: plans.Plan(spec, (), 0, n) for n in "abc"}
+    cache.put("a", made["a"])
+    cache.put("b", made["b"])
+    assert cache.get("a", spec) is made["a"]  # a is now the most recent
+    cache.put("c", made["c"])
+    assert cache.get("b", spec) is None and cache.get("a", spec) is made["a"] and len(cache) == 2
+    assert cache.get("a", object()) is None  # the key's id(spec) now names another spec
+    cache.put("d", None)  # a call whose plan was refused
+    assert len(cache) == 2
+    cache.clear()
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("hooked,capturing,expected", [(False, False, True), (True, False, False),
+                                                       (False, True, False)])
+def test_plans_are_off_with_a_launch_hook_and_while_a_graph_is_captured(monkeypatch, hooked, capturing, expected):
+    monkeypatch.setattr(_launcher, "_hooked", lambda: hooked)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+    assert plans.available() is expected
+
+
+# ------------------------------------------------------------------------------------------------------ GPU
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """The number of replayed calls, counted at `Plan.replay`."""
+    count = []
+    replay = plans.Plan.replay
+    monkeypatch.setattr(plans.Plan, "replay", lambda self, *a: count.append(1) or replay(self, *a))
+    plans.clear()
+    yield count
+    plans.clear()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("shape,layout", [((1, 3, 300, 260, 128), "BHND"), ((2, 2, 200, 333, 64), "BNHD")])
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_replayed_calls_give_the_bits_of_whole_calls_on_gpu(replays, shape, layout, return_lse):
+    """Each replayed call equals, bit for bit, the same call run through dispatch, pre-pass and launch (a call
+    with `stats` records and replays nothing): new tensors of the signature, and the recorded call's own tensors
+    after their values changed in place."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    def inputs(seed):
+        q, k, v = (t.cuda() for t in make_qkv(*shape, outliers=seed == 2, seed=seed))
+        if layout == "BNHD":
+            q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        return q, k, v
+
+    def whole(q, k, v):
+        return attention(q, k, v, "sage2-int8", layout=layout, return_lse=return_lse, stats=KernelStats())
+
+    q, k, v = inputs(1)
+    first = attention(q, k, v, "sage2-int8", layout=layout, return_lse=return_lse)  # records
+    assert len(plans.PLANS) == 1 and not replays
+    for seed in (2, 3):
+        q2, k2, v2 = inputs(seed)
+        again = attention(q2, k2, v2, "sage2-int8", layout=layout, return_lse=return_lse)
+        expected = whole(q2, k2, v2)
+        for a, b in zip(again if return_lse else (again,), expected if return_lse else (expected,)):
+            assert torch.equal(a, b)
+    q.mul_(-0.5), k.add_(0.25), v.mul_(2.0)
+    again = attention(q, k, v, "sage2-int8", layout=layout, return_lse=return_lse)
+    expected = whole(q, k, v)
+    torch.cuda.synchronize()
+    assert len(replays) == 3
+    for a, b in zip(again if return_lse else (again,), expected if return_lse else (expected,)):
+        assert torch.equal(a, b)
+    assert not torch.equal(first[0] if return_lse else first, again[0] if return_lse else again)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_call_on_another_stream_has_its_own_plan_on_gpu(replays):
+    """Two streams never share a workspace: a call on a side stream records its own plan and equals the whole call."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 256, 256, 128, outliers=False, seed=5))
+    attention(q, k, v, "sage2-int8")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = attention(q, k, v, "sage2-int8")
+    torch.cuda.current_stream().wait_stream(side)
+    assert len(plans.PLANS) == 2 and not replays
+    assert torch.equal(out, attention(q, k, v, "sage2-int8", stats=KernelStats()))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_key_tensor_on_another_device_is_never_replayed_on_gpu(replays):
+    """A CPU k of the recorded signature is the call's error to raise, not a pointer for the replayed kernels."""
+    from lowbit_video.kernels.launch import attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 256, 256, 128, outliers=False, seed=6))
+    attention(q, k, v, "sage2-int8")
+    with pytest.raises(Exception):
+        attention(q, k.cpu(), v, "sage2-int8")
+    assert not replays
