@@ -18,18 +18,24 @@ all and writes codes of at most the same size).
 With `--out DIR`, at the `short` shape it writes a host cProfile and torch.profiler's kernel list of the first two
 recipes there, and every figure as profile.json.
 
-Examples (the figures of results/kernels-h200.md's "Small shapes" section, then its pre-pass figures):
+`--without-plans` also times each recipe with call plans off (kernels/plans.py), in the same process.
+
+Examples (the figures of results/kernels-h200.md's "Small shapes" section, then its pre-pass figures, then the call
+plans' figures):
     python benchmarks/attend_profile.py --shapes short wan1.3b-480p \\
         --recipes sage2-int8 mxattention rotateattention-half \\
         --tune 'sage2-int8:{"NUM_STAGES": 2}' --tune 'mxattention:{"NUM_STAGES": 3}'
     python benchmarks/attend_profile.py --shapes ltx-video short-d64 cogvideox-5b wan1.3b-480p \\
         --recipes sage2-int8 mxattention rotateattention-half --prepass
+    python benchmarks/attend_profile.py --shapes short short-d64 ltx-video cogvideox-5b wan1.3b-480p \\
+        --recipes sage2-int8 --without-plans
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
 import io
 import json
@@ -104,6 +110,22 @@ def _timeline(call) -> dict:
     return timeline_summary((start, us) for _, start, us in _cuda_kernels(call))
 
 
+@contextlib.contextmanager
+def _plans(on: bool):
+    """Call plans as they are (on), or off for the block: no call records or replays one (kernels/plans.py)."""
+    from lowbit_video.kernels import plans
+
+    if on:
+        yield
+        return
+    available = plans.available
+    plans.available = lambda: False
+    try:
+        yield
+    finally:
+        plans.available = available
+
+
 def _write_profiles(q, k, v, recipes, out: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -137,6 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", action="append", default=[], help='RECIPE:{"KEY": VALUE} kernel settings to time too')
     ap.add_argument("--prepass", action="store_true", help="also list each pre-pass's GPU kernels beside a copy of "
                     "Q, K and V")
+    ap.add_argument("--without-plans", action="store_true", help="also time each recipe with call plans off "
+                    "(every call through dispatch, pre-pass allocation and launch: kernels/plans.py)")
     ap.add_argument("--out", help="folder for profile.json and the profiles of the short shape")
     args = ap.parse_args(argv)
 
@@ -177,18 +201,20 @@ def main(argv=None) -> int:
             copy_us = queued_ms(copy, reps=20, head_start_cycles=2_000_000) * 1e3
             print(f"{sh.name:15s} copy of Q, K, V {copy_us:8.1f} µs ({2 * 3 * q.numel() * 2 / copy_us / 1e6:.2f} TB/s)",
                   flush=True)
-        for r in args.recipes:
+        for r, planned in [(r, p) for r in args.recipes for p in ((True, False) if args.without_plans else (True,))]:
+            label = r if planned else f"{r} (no plans)"
             call = lambda: attend(q, k, v, r)  # noqa: E731
-            tot = median_ms(call, warmup=2, reps=reps)
-            queued, host = queued_ms(call, reps=reps), _host_ms(call)
+            with _plans(planned):
+                tot = median_ms(call, warmup=2, reps=reps)
+                queued, host = queued_ms(call, reps=reps), _host_ms(call)
+                tl = _timeline(call)
             pre, kern, st = split_call(q, k, v, r)
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
-            tl = _timeline(call)
-            rows.append(dict(shape=sh.name, recipe=r, cudnn=c, total=tot, queued=queued, host=host, pre=pm, kern=km,
-                             x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
-            print(f"{sh.name:15s} {r:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} x{cb / queued:5.2f} | "
-                  f"host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu {tl['gpu']:8.3f} span "
-                  f"{tl['span']:8.3f} ({tl['kernels']} kernels)", flush=True)
+            rows.append(dict(shape=sh.name, recipe=r, plans=planned, cudnn=c, total=tot, queued=queued, host=host,
+                             pre=pm, kern=km, x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
+            print(f"{sh.name:15s} {label:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} "
+                  f"x{cb / queued:5.2f} | host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu "
+                  f"{tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels)", flush=True)
             if args.prepass:
                 kernels = _prepass_kernels(pre)
                 rows[-1].update(prepass_kernels=kernels, copy_us=copy_us)

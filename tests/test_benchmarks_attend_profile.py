@@ -31,3 +31,19 @@ def test_per_kernel_sums_each_kernel_over_the_calls_longest_first():
     events = [("a", 10.0), ("b", 30.0), ("a", 12.0), ("a", 11.0), ("b", 34.0), ("a", 13.0)]
     assert _load().per_kernel(events, 2) == [("b", 1.0, pytest.approx(32.0)), ("a", 2.0, pytest.approx(23.0))]
     assert _load().per_kernel([], 3) == []
+
+
+def test_plans_off_turns_call_plans_off_for_the_block_only(monkeypatch):
+    from lowbit_video.kernels import _launcher, plans
+
+    monkeypatch.setattr(_launcher, "_hooked", lambda: False)
+    monkeypatch.setattr("torch.cuda.is_current_stream_capturing", lambda: False)
+    on = _load()._plans
+    with on(True):
+        assert plans.available()
+    with on(False):
+        assert not plans.available()
+    assert plans.available()
+    with pytest.raises(RuntimeError), on(False):
+        raise RuntimeError("a failed timing")
+    assert plans.available()
