@@ -23,3 +23,15 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """kernels/_launcher.py's view of the device as if one GPU were there (device 0, a stand-in stream, no Triton
+    launch hook): for the CPU tests of direct launches with stand-in kernels (kernel_helpers.StandInJit)."""
+    from lowbit_video.kernels import _launcher
+
+    monkeypatch.setattr(_launcher, "_device", lambda: 0)
+    monkeypatch.setattr(_launcher, "_stream", lambda device: "stream")
+    monkeypatch.setattr(_launcher, "_hooked", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

@@ -129,3 +129,34 @@ def check_against_reference(recipe, q, k, v, out, *, ratio=RATIO, nk_valid=None)
     assert diff <= ratio * err + floor, (
         f"{recipe}: kernel-reference {diff:.3e} > {ratio} x recipe error {err:.3e} + output rounding {floor:.1e}")
     return diff, err
+
+
+class StandInKernel:
+    """A compiled Triton kernel's launch interface (`run`, `function`, `packed_metadata`), recording its launches:
+    what kernels/_launcher.py and kernels/plans.py launch directly, for their CPU tests."""
+
+    function = "function"
+    packed_metadata = "metadata"
+
+    def __init__(self):
+        self.launches = []
+
+    def run(self, *a):
+        self.launches.append(a)
+
+
+class StandInJit:
+    """What kernels/_launcher.py and kernels/plans.py use of a JITFunction: `fn` (the Python function) and
+    `fn[grid](...)`, which returns the compiled kernel (those calls recorded in `jit_calls`: the ones that pay
+    Triton's binding and specialization)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.kernel = StandInKernel()
+        self.jit_calls = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.jit_calls.append((grid, args, kwargs))
+            return self.kernel
+        return launch

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_helpers import make_qkv, needs_cuda
+from kernel_helpers import StandInJit, make_qkv, needs_cuda
 
 from lowbit_video.kernels import _launcher
 
@@ -26,48 +26,12 @@ def test_argument_properties_separate_what_triton_specializes_on():
     assert p(x.to(torch.bfloat16)) != p(x)
 
 
-class _Kernel:
-    """A compiled kernel's launch interface, recording its launches."""
-
-    function = "function"
-    packed_metadata = "metadata"
-
-    def __init__(self):
-        self.launches = []
-
-    def run(self, *a):
-        self.launches.append(a)
-
-
-class _JitFunction:
-    """What `Launcher` uses of a JITFunction: `fn` (the Python function) and `fn[grid](...)`, which returns the
-    compiled kernel (recorded: these are the calls that pay Triton's specialization)."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.kernel = _Kernel()
-        self.jit_calls = []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.jit_calls.append((grid, args, kwargs))
-            return self.kernel
-        return launch
-
-
 def _kernel_fn(X, n, c, BLOCK, FLAG=True, num_warps=4):
     pass
 
 
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setattr(_launcher, "_device", lambda: 0)
-    monkeypatch.setattr(_launcher, "_stream", lambda device: "stream")
-    monkeypatch.setattr(_launcher, "_hooked", lambda: False)
-
-
 def test_first_call_goes_through_triton_then_the_compiled_launcher(no_gpu):
-    jit = _JitFunction(_kernel_fn)
+    jit = StandInJit(_kernel_fn)
     launch = _launcher.Launcher(jit)
     x = torch.zeros(64)
     launch((4,), x, 7, 0.5, BLOCK=64)
@@ -83,7 +47,7 @@ def test_first_call_goes_through_triton_then_the_compiled_launcher(no_gpu):
 
 @pytest.mark.parametrize("change", ["alignment", "dtype", "int_one", "int_16", "constexpr"])
 def test_a_new_argument_signature_goes_through_triton_again(no_gpu, change):
-    jit = _JitFunction(_kernel_fn)
+    jit = StandInJit(_kernel_fn)
     launch = _launcher.Launcher(jit)
     x = torch.zeros(64)
     launch((1,), x, 7, 0.5, BLOCK=64)
@@ -105,7 +69,7 @@ def test_a_new_argument_signature_goes_through_triton_again(no_gpu, change):
 def test_a_launch_hook_sends_every_call_through_triton(monkeypatch):
     monkeypatch.setattr(_launcher, "_device", lambda: 0)
     monkeypatch.setattr(_launcher, "_hooked", lambda: True)
-    jit = _JitFunction(_kernel_fn)
+    jit = StandInJit(_kernel_fn)
     launch = _launcher.Launcher(jit)
     for _ in range(3):
         launch((1,), torch.zeros(4), 7, 0.5, BLOCK=64)
