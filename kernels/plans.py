@@ -1,12 +1,12 @@
 """Call plans: the kernel launches of one attention call, recorded once per call signature and replayed by later
 calls of the same signature with their own q, k, v and output in place of the recorded ones.
 
-Why: at short sequences a call's kernels wait for the host that issues them. From an idle GPU the pre-pass's
-first launch came about 0.15 ms after `kernels.launch.attention` was entered (dispatch, settings, nine buffer
-allocations, Triton's binding and specialization of each launch, the kernel's TMA descriptors), time the GPU
-spent idle, against 1.2–1.5 ms for the whole call at the short zoo shapes (results/kernels-h200.md, "Small
-shapes"). A replayed call allocates its output and issues the recorded launches through the compiled kernels' own
-launchers (`_launcher.run_compiled`): nothing else.
+Why: at short sequences a call's kernels wait for the host that issues them (dispatch, settings, nine buffer
+allocations, Triton's binding and specialization of each launch, the kernel's TMA descriptors). Without plans,
+sage2-int8's GPU waited 0.14–0.26 ms between a call's launches at the short zoo shapes, whose calls take 0.7–1.5 ms,
+and 2–3 µs with them (one H100, `python benchmarks/attend_profile.py --shapes short short-d64 ltx-video --recipes
+sage2-int8 --without-plans`; results/kernels-h200.md, "Small shapes"). A replayed call allocates its output and
+issues the recorded launches through the compiled kernels' own launchers (`_launcher.run_compiled`): nothing else.
 
 What a plan keeps: each launch's compiled kernel, grid, stream and arguments, and so the buffers the pre-pass
 wrote them into (its workspace): a replayed call writes the same buffers again. That is safe because the
