@@ -35,7 +35,7 @@ import torch
 from . import _launcher
 
 # the zoo's calls up to wan2.2-5b-720p keep theirs (wan1.3b-480p 149 MiB, an 8 ms call); the 14B and HunyuanVideo
-# shapes (0.5–1.2 GB) keep none: half a millisecond of host time is at most 2 % of their 28–310 ms calls
+# shapes (0.5–1.2 GB) keep none: half a millisecond of host time is at most 2 % of their 28–215 ms calls
 WORKSPACE_BYTES = 256 << 20
 MAX_PLANS = 4  # a model calls attention at one or two shapes (self- and cross-attention)
 SLOTS = ("q", "k", "v", "out", "lse")  # the call's own tensors, replaced on replay
