@@ -15,7 +15,6 @@ profiler), every call takes Triton's path.
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 
@@ -62,23 +61,21 @@ class Launcher:
 
     def __init__(self, fn):
         self.fn = fn
-        params = list(inspect.signature(fn.fn).parameters.values())
-        self.names = [p.name for p in params]
-        self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        self.signature = _signature(fn)
         self.compiled = {}
 
     def __call__(self, grid, *args, **constexprs):
         if _hooked():
             return self.fn[grid](*args, **constexprs)
         device = _device()
-        rest = [constexprs[n] if n in constexprs else self.defaults[n] for n in self.names[len(args):]]
-        key = (device, tuple(map(_property, args)), tuple(rest))
+        rest = _later_parameters(self.signature, len(args), constexprs)
+        key = (device, tuple(map(_property, args)), rest)
         kernel = self.compiled.get(key)
         if kernel is None:
             kernel = self.fn[grid](*args, **constexprs)
             self.compiled[key] = kernel
             return kernel
-        run_compiled(kernel, grid, _stream(device), (*args, *rest))
+        run_compiled(kernel, grid, _stream(device), args + rest)
         return kernel
 
 
@@ -91,7 +88,6 @@ def launch(fn, grid, *args, **constexprs):
     return fn[grid](*args, **constexprs)
 
 
-@functools.lru_cache(maxsize=None)
 def _signature(fn) -> tuple[tuple[str, ...], dict]:
     """(parameter names, defaults) of the Python function behind a Triton JIT function."""
     params = list(inspect.signature(fn.fn).parameters.values())
@@ -99,20 +95,24 @@ def _signature(fn) -> tuple[tuple[str, ...], dict]:
                                             if p.default is not inspect.Parameter.empty}
 
 
+def _later_parameters(signature: tuple, n_args: int, constexprs: dict) -> tuple:
+    """The values of the parameters after the first `n_args` (`signature` as `_signature` gives it): from
+    `constexprs` or their defaults."""
+    names, defaults = signature
+    return tuple(constexprs[n] if n in constexprs else defaults[n] for n in names[n_args:])
+
+
 def bound_arguments(fn, args: tuple, constexprs: dict) -> tuple:
     """Every parameter of `fn`'s kernel in order, as its compiled launcher takes them (what `JITFunction.run`
     binds): the positional arguments, then each later parameter from `constexprs` or its default. Launch options
     (num_warps, ...) are no parameters: the compiled kernel holds them."""
-    if isinstance(fn, Launcher):
-        names, defaults = fn.names, fn.defaults
-    else:
-        names, defaults = _signature(fn)
-    return tuple(args) + tuple(constexprs[n] if n in constexprs else defaults[n] for n in names[len(args):])
+    signature = fn.signature if isinstance(fn, Launcher) else _signature(fn)
+    return tuple(args) + _later_parameters(signature, len(args), constexprs)
 
 
 def run_compiled(kernel, grid: tuple, stream, args: tuple) -> None:
     """Launch a compiled kernel directly through its own launcher (no binding, specialization or cache look-up):
-    `args` as `bound_arguments` gives them, `stream` the raw CUDA stream (`current_stream`)."""
+    `args` as `bound_arguments` gives them, `stream` the raw CUDA stream (`_stream`)."""
     g = tuple(grid) + (1, 1)
     kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
 

@@ -100,9 +100,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     its launches as a call plan; later calls of the same signature replay them (kernels/plans.py).
     """
     refuse_autograd("lowbit_video.kernels.attention", q, k, v)
-    plannable = stats is None and key_padding_mask is None and not config and q.is_cuda and plans.available()
+    spec, row = _spec_and_row(recipe)
+    plannable = (row.replay and stats is None and key_padding_mask is None and not config and q.is_cuda
+                 and plans.available())
     if plannable:
-        spec = dispatch.attention_spec(recipe)
         plan_key = plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
                              None if rope_segments is None else tuple(rope_segments))
         plan = plans.PLANS.get(plan_key, spec)
@@ -112,7 +113,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
             lse = torch.empty((B * H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
             plan.replay(q, k, v, out, lse)
             return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
-    spec, row = _spec_and_row(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     B, H, Nq, D = prepass._dims(q, layout)
@@ -137,7 +137,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     if cfg.get("DS", "table") not in ("table", "fused"):
         raise ValueError(f"config DS must be 'table' or 'fused', got {cfg['DS']!r}")
     gluon = dispatch.gluon_runs(cfg, key_padding_mask is not None, promote, q.device)
-    recorder = plans.Recorder() if plannable and row.replay else None
+    recorder = plans.Recorder() if plannable else None
     run = recorder if recorder is not None else _launcher.launch
     prep = _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
                     gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon), run=run)

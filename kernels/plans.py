@@ -84,7 +84,7 @@ class Recorder:
 
     def __call__(self, fn, grid, *args, **constexprs):
         kernel = _launcher.launch(fn, grid, *args, **constexprs)
-        stream = _launcher._stream(torch.cuda.current_device())
+        stream = _launcher._stream(_launcher._device())  # the stream the launch took
         self.launches.append((kernel, tuple(grid), stream, _launcher.bound_arguments(fn, args, constexprs)))
         return kernel
 
@@ -92,7 +92,7 @@ class Recorder:
         """The plan of the recorded call whose own tensors were q, k, v, out and lse, or None where replaying could
         differ from running the call (a launch took a tensor sharing memory with them that is not one of them, or
         a TMA descriptor of one of them) or where its workspace is over WORKSPACE_BYTES."""
-        own = [t for t in (q, k, v, out, lse)]
+        own = (q, k, v, out, lse)
         own_storage = {t.untyped_storage().data_ptr() for t in own if t is not None}
         workspace = {}
         steps = []

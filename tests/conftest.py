@@ -34,4 +34,3 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(_launcher, "_device", lambda: 0)
     monkeypatch.setattr(_launcher, "_stream", lambda device: "stream")
     monkeypatch.setattr(_launcher, "_hooked", lambda: False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
