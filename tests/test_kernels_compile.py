@@ -49,9 +49,10 @@ def test_kernel_compiles_for_sm90_and_issues_its_mmas(kernel, mode, settings, mm
 # the sage2 pre-pass's two launches, per head_dim: (kernel, pointer arguments' types, constexprs besides D and tiles)
 PREPASS = [
     ("_sage_q_and_stats_kernel", dict(Q="*bf16", K="*bf16", V="*bf16", QC="*i8", QS="*fp32", KPART="*fp64",
-                                      VPART="*fp32", COUNT="*i32", KMEAN="*fp64", SV="*fp32"),
+                                      VPART="*fp32", COUNT="*i32", KMEAN="*fp64", SV="*fp32", RV="*fp32"),
      dict(EMULATE_FMA=False, sq_d=1, sk_d=1, sv_d=1)),
-    ("_sage_kv_codes_kernel", dict(K="*bf16", V="*bf16", KMEAN="*fp64", SV="*fp32", KC="*i8", KS="*fp32", VT="*u8"),
+    ("_sage_kv_codes_kernel", dict(K="*bf16", V="*bf16", KMEAN="*fp64", SV="*fp32", RV="*fp32", KC="*i8", KS="*fp32",
+                                   VT="*u8"),
      dict(OPERAND_ORDER=True, EMULATE_FMA=False, sk_d=1, sv_d=1)),
 ]
 
@@ -70,9 +71,9 @@ def test_sage_prepass_compiles_for_sm90(name, ptrs, const, head_dim):
     load("sass_key_loop")._import_kernels()
     prepass = importlib.import_module("lowbit_kernels.prepass")
     fn = getattr(prepass, name)
-    rows, tb = prepass.SAGE_TILES[head_dim]
+    q_rows, k_rows, tb = prepass.SAGE_TILES[head_dim]
     rrows, rtiles = prepass.TOKEN_REDUCE
-    tiles = dict(ROWS=rows, TB=tb, RROWS=rrows, RTILES=rtiles)
+    tiles = dict(ROWS=k_rows if name == "_sage_kv_codes_kernel" else q_rows, TB=tb, RROWS=rrows, RTILES=rtiles)
     const = dict(const, D=head_dim, **{k: v for k, v in tiles.items() if k in fn.arg_names})
     names = fn.arg_names
     sig = {n: "constexpr" if n in const else ptrs.get(n, "i32") for n in names}

@@ -100,6 +100,18 @@ def _tiny_scales(b, h, nq, nk, d):
     return q, k, v
 
 
+def _k_offsets(b, h, n, d, spread, seed=7):
+    """fp32 K whose channels sit on one large common value, 2^26 + 8·j with integer j in [0, spread] (8 = the fp32
+    step there; every sum is an exact integer in fp64, so the mean is the same in any order): the smoothed values
+    are small against the mean. spread 40: |mean| / scale about 2^26 · 127 / 160 < 2^30, the K pass's fp32 path
+    with its largest error term from the mean; spread 1: about 2^26 · 127 / 4 > 2^30, its fp64 path. Q and V
+    ordinary."""
+    g = torch.Generator().manual_seed(seed)
+    q, _, v = make_qkv(b, h, n, n, d, outliers=False, seed=seed, dtype=torch.float32)
+    k = (2.0 ** 26 + 8.0 * torch.randint(0, spread + 1, (b, h, n, d), generator=g)).float()
+    return q, k, v
+
+
 def _k_per_thread_groups(k64, block=128):
     """sage2-int8's K codes and each token's scale by formats.intq, one scale per SageAttention2 per-thread group:
     in each `block` keys, those with equal (n mod 8) div 2."""
@@ -159,13 +171,17 @@ def test_sage_prepass_is_bit_exact_against_formats(dtype, head_dim):
     # scales small enough for the fp64 path, beside ordinary rows in the same programs
     bad = _sage_prepass_vs_formats(*(t.cuda() for t in _tiny_scales(2, 3, 300, 200, head_dim)))
     assert not any(bad.values()), bad
+    # K far from zero against its spread: the K pass's fp32 path with a large mean, and past its limit
+    for spread in (40, 1):
+        bad = _sage_prepass_vs_formats(*(t.cuda() for t in _k_offsets(2, 3, 300, head_dim, spread)))
+        assert not any(bad.values()), (spread, bad)
 
 
 _SAGE_INTERP_SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     sys.path.insert(0, {tests!r})
-    from test_kernels_prepass import _int8_ties, _sage_prepass_vs_formats, _tiny_scales
+    from test_kernels_prepass import _int8_ties, _k_offsets, _sage_prepass_vs_formats, _tiny_scales
     from kernel_helpers import make_qkv
     from lowbit_video.kernels import prepass
     res = {{}}
@@ -179,6 +195,8 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
         res[str(dt)]["operand_order_differs"] = not torch.equal(vt2.view(torch.uint8), vt[..., keys].view(torch.uint8))
     res["ties"] = _sage_prepass_vs_formats(*_int8_ties(1, 2, 130, 64))
     res["tiny"] = _sage_prepass_vs_formats(*_tiny_scales(1, 2, 130, 200, 64))
+    res["offset40"] = _sage_prepass_vs_formats(*_k_offsets(1, 2, 130, 64, 40))
+    res["offset1"] = _sage_prepass_vs_formats(*_k_offsets(1, 2, 130, 64, 1))
     # 2305 keys: ten 256-token chunks, more than the statistics kernel loads at once (a ragged second load)
     res["long"] = _sage_prepass_vs_formats(*make_qkv(1, 1, 2305, 2305, 64, outliers=True, seed=5,
                                                      dtype=torch.bfloat16))
