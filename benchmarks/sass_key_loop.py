@@ -19,6 +19,11 @@ Examples, with the launcher's default settings at head_dim 128 (MODE: 0 dense, 1
     python benchmarks/sass_key_loop.py triton 1                # mxattention on the Triton kernel (PQ=False: no P quantization)
     python benchmarks/sass_key_loop.py triton 3 SMQ=2 ROTV=True P_FP8=False P_SHIFT=0.0 PNQ=False NUM_STAGES=3 QK=fp8
     python benchmarks/sass_key_loop.py draft                   # DraftAttention2's Gluon kernel (kernels/draft_ws.py)
+    python benchmarks/sass_key_loop.py prepass sage-kv D=64    # sage2's pre-pass: K's and V's codes (every loop)
+    python benchmarks/sass_key_loop.py prepass sage-stats      # sage2's pre-pass: Q's codes with K's and V's statistics
+
+For a pre-pass launch it prints every loop (a K program of `sage-kv` runs its two, the block's maxima and then its
+codes, TILE / ROWS times each; its V programs have none) and the static instruction count of the whole kernel.
 
 The draft kernel's consumers have one key loop per phase (and each warpgroup its own copy): with bf16 inputs at
 head_dim 128, the 16-bit and prefix loops are the shortest, then INT8/FP8 (IGMMA, I2FP), then NVFP4 (the
@@ -214,6 +219,47 @@ def compile_draft(over: dict):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
+# the sage2 pre-pass's two launches: (kernel in kernels/prepass.py, pointer arguments' types, constexprs besides
+# D and the tiles)
+PREPASS = {
+    "sage-stats": ("_sage_q_and_stats_kernel",
+                   dict(Q="*bf16", K="*bf16", V="*bf16", QC="*i8", QS="*fp32", KPART="*fp64", VPART="*fp32",
+                        COUNT="*i32", KMEAN="*fp64", SV="*fp32", RV="*fp32"),
+                   dict(EMULATE_FMA=False, sq_d=1, sk_d=1, sv_d=1)),
+    "sage-kv": ("_sage_kv_codes_kernel",
+                dict(K="*bf16", V="*bf16", KMEAN="*fp64", SV="*fp32", RV="*fp32", KC="*i8", KS="*fp32", VT="*u8"),
+                dict(OPERAND_ORDER=True, EMULATE_FMA=False, sk_d=1, sv_d=1)),
+}
+
+
+def compile_prepass(launch: str, over: dict):
+    """A sage2 pre-pass launch (`PREPASS`) for sm_90 with bf16 inputs, as the launcher specializes it (unit
+    channel strides as constants, pointers and other strides divisible by 16); `over`: D (128) and constexpr
+    overrides (ROWS, TB, ...) of prepass.SAGE_TILES' tiles for D."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    _import_kernels()
+    from lowbit_kernels import prepass
+
+    name, ptrs, const = PREPASS[launch]
+    fn = getattr(prepass, name)
+    D = int(over.pop("D", 128))
+    q_rows, k_rows, tb = prepass.SAGE_TILES[D]
+    rrows, rtiles = prepass.TOKEN_REDUCE
+    tiles = dict(ROWS=k_rows if launch == "sage-kv" else q_rows, TB=tb, RROWS=rrows, RTILES=rtiles)
+    const = _constexprs(fn, dict(const, D=D, **tiles), over)
+    names = fn.arg_names
+    sig = {n: "constexpr" if n in const else ptrs.get(n, "i32") for n in names}
+    # pointers, strides and the padded lengths (multiples of TILE) are divisible by 16; head and token counts may not be
+    aligned = [n for n in names if sig[n] != "constexpr" and (sig[n].startswith("*") or re.fullmatch(r"s\w_[bhnd]", n)
+                                                              or n in ("n_pad", "pad_q"))]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=prepass.SAGE_WARPS))
+
+
 def sass_of(kernel, path: str):
     """(SASS text, "REG:n STACK:n shared n") of a compiled kernel, through the cuobjdump Triton ships."""
     import triton
@@ -302,10 +348,12 @@ def key_loops(sass: str, kernel: str) -> list[Loop]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kernel", choices=("triton", "gluon", "draft"),
-                    help="kernels/_core.py attn_fwd, kernels/gluon_ws.py attn_ws_fwd or kernels/draft_ws.py draft_ws_fwd")
+    ap.add_argument("kernel", choices=("triton", "gluon", "draft", "prepass"),
+                    help="kernels/_core.py attn_fwd, kernels/gluon_ws.py attn_ws_fwd, kernels/draft_ws.py draft_ws_fwd "
+                         "or a launch of the sage2 pre-pass (kernels/prepass.py)")
     ap.add_argument("mode", nargs="?",
-                    help="0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4 (triton and gluon; draft has none)")
+                    help="0 dense, 1 MXFP4, 2 sage2-int8, 3 INT4, 4 NVFP4 (triton and gluon; draft has none); "
+                         "for prepass the launch: " + " or ".join(PREPASS))
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                     help="constexpr overrides (e.g. PQ=False NUM_STAGES=3), num_warps=N, maxnreg=N (Triton), "
                          "D=64 / STAGES=3 (Gluon), QK=fp8 (INT4 Q/K codes as E4M3)")
@@ -314,7 +362,10 @@ def main(argv=None) -> int:
     if args.mode is not None and "=" in args.mode:  # the draft kernel has no mode: its first setting landed here
         args.settings.insert(0, args.mode)
         args.mode = None
-    if args.mode is not None:
+    if args.kernel == "prepass":
+        if args.mode not in PREPASS:
+            ap.error(f"the pre-pass launch is one of {', '.join(PREPASS)}, got {args.mode!r}")
+    elif args.mode is not None:
         if args.mode not in ("0", "1", "2", "3", "4"):
             ap.error(f"mode is one of 0, 1, 2, 3, 4, got {args.mode!r}")
         args.mode = int(args.mode)
@@ -333,6 +384,14 @@ def main(argv=None) -> int:
     except ImportError:
         print("error: triton is not installed (pip install triton==3.6.0)", file=sys.stderr)
         return 2
+    if args.kernel == "prepass":
+        kernel = compile_prepass(args.mode, over)
+        sass, usage = sass_of(kernel, args.cubin)
+        ins, loops = loop_spans(sass)
+        print(f"{usage}; {len(ins)} instructions")
+        for n, a, b in sorted(loops, key=lambda x: x[1]):  # in program order
+            print(f"loop: {n} instructions; " + ", ".join(f"{k} {v}" for k, v in histogram(ins, a, b).most_common(12)))
+        return 0
     if args.kernel == "draft":
         kernel = compile_draft(over)
     else:

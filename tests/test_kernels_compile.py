@@ -46,38 +46,24 @@ def test_kernel_compiles_for_sm90_and_issues_its_mmas(kernel, mode, settings, mm
     assert mmas <= issued, f"loops issue {sorted(issued)}, the design needs {sorted(mmas)}"
 
 
-# the sage2 pre-pass's two launches, per head_dim: (kernel, pointer arguments' types, constexprs besides D and tiles)
-PREPASS = [
-    ("_sage_q_and_stats_kernel", dict(Q="*bf16", K="*bf16", V="*bf16", QC="*i8", QS="*fp32", KPART="*fp64",
-                                      VPART="*fp32", COUNT="*i32", KMEAN="*fp64", SV="*fp32", RV="*fp32"),
-     dict(EMULATE_FMA=False, sq_d=1, sk_d=1, sv_d=1)),
-    ("_sage_kv_codes_kernel", dict(K="*bf16", V="*bf16", KMEAN="*fp64", SV="*fp32", RV="*fp32", KC="*i8", KS="*fp32",
-                                   VT="*u8"),
-     dict(OPERAND_ORDER=True, EMULATE_FMA=False, sk_d=1, sv_d=1)),
-]
-
-
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("name, ptrs, const", PREPASS, ids=[p[0] for p in PREPASS])
-def test_sage_prepass_compiles_for_sm90(name, ptrs, const, head_dim):
+@pytest.mark.parametrize("launch", ["sage-stats", "sage-kv"])
+def test_sage_prepass_compiles_for_sm90(launch, head_dim):
     """The interpreter, which the CPU tests run the pre-pass under, accepts what the compiler refuses (a global
-    that is not a constexpr, say): each launch compiled for sm_90 as the launcher specializes it."""
-    import importlib
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    load("sass_key_loop")._import_kernels()
-    prepass = importlib.import_module("lowbit_kernels.prepass")
-    fn = getattr(prepass, name)
-    q_rows, k_rows, tb = prepass.SAGE_TILES[head_dim]
-    rrows, rtiles = prepass.TOKEN_REDUCE
-    tiles = dict(ROWS=k_rows if name == "_sage_kv_codes_kernel" else q_rows, TB=tb, RROWS=rrows, RTILES=rtiles)
-    const = dict(const, D=head_dim, **{k: v for k, v in tiles.items() if k in fn.arg_names})
-    names = fn.arg_names
-    sig = {n: "constexpr" if n in const else ptrs.get(n, "i32") for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n] != "constexpr"}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=prepass.SAGE_WARPS))
+    that is not a constexpr, say, or inline PTX that ptxas rejects): each launch compiled for sm_90 as the
+    launcher specializes it."""
+    compiled = load("sass_key_loop").compile_prepass(launch, dict(D=head_dim))
     assert compiled.asm["cubin"], "no cubin"
+
+
+def test_sass_key_loop_prints_a_prepass_launchs_loops(tmp_path, capsys):
+    """`sass_key_loop.py prepass sage-kv`: registers, the kernel's instruction count and its loops (a K program's
+    two), and a one-line refusal of an unknown launch."""
+    s = load("sass_key_loop")
+    assert s.main(["prepass", "sage-kv", "--cubin", str(tmp_path / "k.cubin")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("REG:") and out[0].endswith("instructions")
+    assert sum(line.startswith("loop: ") for line in out) >= 2
+    with pytest.raises(SystemExit):
+        s.main(["prepass", "sage-q"])
+    assert "the pre-pass launch is one of sage-stats, sage-kv, got 'sage-q'" in capsys.readouterr().err
