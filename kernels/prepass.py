@@ -660,8 +660,9 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
 # pass), all dividing TILE (padding is to TILE); 4 warps per program. Measured on the H200 over rows 16-128 x tokens
 # 16-128 x 4 or 8 warps, per launch (every tiling writes the same bytes): at head_dim 64 (32, 32) took 107 / 408 µs
 # against 117 / 449 µs for (16, 16) at ltx-video / cogvideox-5b; at head_dim 128 (16, 16) and (16, 32) within 1 % of
-# each other and the best at wan1.3b-480p (364 µs; (32, 32) 396, 8 warps 15-50 % slower everywhere). A K step holds
-# 16 elements per thread at most (K_STEP below), which keeps the K/V launch at 128 registers per thread
+# each other and the best at wan1.3b-480p (364 µs; (32, 32) 396, 8 warps 15-50 % slower everywhere). A K step
+# (`_k_thread_codes`) holds at most 16 elements per thread: with 32 rows at head_dim 64 the K/V launch needed 168
+# registers per thread (offline sm_90 SASS, `benchmarks/sass_key_loop.py prepass sage-kv D=64`), with 16 rows 96
 SAGE_TILES = {64: (32, 16, 32), 128: (16, 16, 16)}
 SAGE_WARPS = 4
 
