@@ -224,10 +224,10 @@ def compile_draft(over: dict):
 PREPASS = {
     "sage-stats": ("_sage_q_and_stats_kernel",
                    dict(Q="*bf16", K="*bf16", V="*bf16", QC="*i8", QS="*fp32", KPART="*fp64", VPART="*fp32",
-                        COUNT="*i32", KMEAN="*fp64", SV="*fp32", RV="*fp32"),
+                        COUNT="*i32", KMEAN="*fp64", SV="*fp32"),
                    dict(EMULATE_FMA=False, sq_d=1, sk_d=1, sv_d=1)),
     "sage-kv": ("_sage_kv_codes_kernel",
-                dict(K="*bf16", V="*bf16", KMEAN="*fp64", SV="*fp32", RV="*fp32", KC="*i8", KS="*fp32", VT="*u8"),
+                dict(K="*bf16", V="*bf16", KMEAN="*fp64", SV="*fp32", KC="*i8", KS="*fp32", VT="*u8"),
                 dict(OPERAND_ORDER=True, EMULATE_FMA=False, sk_d=1, sv_d=1)),
 }
 
@@ -246,9 +246,9 @@ def compile_prepass(launch: str, over: dict):
     name, ptrs, const = PREPASS[launch]
     fn = getattr(prepass, name)
     D = int(over.pop("D", 128))
-    q_rows, k_rows, tb = prepass.SAGE_TILES[D]
+    rows, tb = prepass.SAGE_TILES[D]
     rrows, rtiles = prepass.TOKEN_REDUCE
-    tiles = dict(ROWS=k_rows if launch == "sage-kv" else q_rows, TB=tb, RROWS=rrows, RTILES=rtiles)
+    tiles = dict(ROWS=rows, TB=tb, RROWS=rrows, RTILES=rtiles)
     const = _constexprs(fn, dict(const, D=D, **tiles), over)
     names = fn.arg_names
     sig = {n: "constexpr" if n in const else ptrs.get(n, "i32") for n in names}

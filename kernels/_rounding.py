@@ -113,40 +113,37 @@ def _e4m3_rne_step(e, a, f, s, EMULATE_FMA: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_codes_of_pair(lo, hi, EMULATE: tl.constexpr):
-    """The E4M3 magnitude codes of lo and hi >= 0 (RNE, saturating at 448), lo's in bits 0-7 and hi's in bits 8-15
-    of an int32: one cvt.rn.satfinite.e4m3x2.f32 for both, or under the interpreter (no inline PTX there)
-    `e4m3_round` and `e4m3_code` on each."""
+def _e4m3_grid(t, EMULATE: tl.constexpr):
+    """t >= 0 rounded onto the E4M3 grid (RNE, saturating at 448), as fp32: the hardware conversion
+    (cvt.rn.satfinite.e4m3x2.f32) and back, or under the interpreter, whose fp8 cast rounds ties away from zero and
+    some values wrongly, `e4m3_round`."""
     if EMULATE:
-        return e4m3_code(e4m3_round(lo)) | (e4m3_code(e4m3_round(hi)) << 8)
+        return e4m3_round(t)
     else:
-        return tl.inline_asm_elementwise("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, $2, $1; cvt.u32.u16 $0, t; }",
-                                         "=r,r,r", [lo, hi], dtype=tl.int32, is_pure=True, pack=1)
+        return t.to(tl.float8e4nv).to(tl.float32)
 
 
 @triton.jit
-def e4m3_exact32(xf, s, r, EMULATE_FMA: tl.constexpr):
+def e4m3_exact32(xf, s, EMULATE_FMA: tl.constexpr):
     """The E4M3 code (int32 byte) of RNE(x / s), saturating at ±448, for x exact in fp32 (16-bit or fp32 V) and an
-    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, with r its reciprocal within 2 ulp
-    (1.0 / s, div.full, or correctly rounded), without fp64 and without a division per element. q = |x| · r is
-    within 5·2^-24 of |x| / s (the reciprocal's 2 ulp and the product's rounding), so the bounds q·(1 ∓ 2^-20) enclose it and lie 2^-19 apart: both round to one grid
+    fp32 scale s (>= SMALLEST_FP32_PATH_SCALE) per channel, broadcast to x, without fp64 and without a division
+    per element. q = |x| · (1/s) is within 5·2^-24 of |x| / s (the reciprocal's 2 ulp, div.full, and the
+    product's rounding), so the bounds q·(1 ∓ 2^-20) enclose it and lie 2^-19 apart: both round to one grid
     value, which is the answer (RNE is monotone), or to two neighbours with the one midpoint between them inside
     the bounds (E4M3's steps are at least 2^-4 of the value, 2^-9 on the subnormals; below 2^-10 both bounds
     round to 0, fp32 subnormal q included), and then the sign of midpoint·s − |x| decides, one FMA
     (`rne_int_exact32`'s exact sign; ties to the even code). An exact quotient on a midpoint, common for bf16 V
-    whose scale has few significant bits, takes the same path. Both bounds' codes come from one conversion
-    (`_e4m3_codes_of_pair`), and the midpoint above the lower code c straight from c's bits: (2m + 17)·2^(e − 11)
-    for a normal code (exponent field e, mantissa m), whose fp32 bits are (c << 20) + 0x3C080000, and (2c + 1)·2^-10
-    below 2^-6 (c < 8). (The codes are not read from a bitcast of a Triton fp8 tensor: Triton 3.6 builds that
-    bitcast's registers partly from undefined ones at these layouts, wrong codes on the GPU.)"""
+    whose scale has few significant bits, takes the same path. The codes come from the values' fp32 bits
+    (`e4m3_code`), not from a bitcast of the fp8 tensor: Triton 3.6 builds that bitcast's registers partly from
+    undefined ones at these layouts (wrong codes on the GPU)."""
     a = tl.abs(xf)
-    q = a * r
-    pair = _e4m3_codes_of_pair(q * (1.0 - 2.0 ** -20), q * (1.0 + 2.0 ** -20), EMULATE_FMA)
-    clo = pair & 0xFF
-    mid = tl.where(clo >= 8, ((clo << 20) + 0x3C080000).to(tl.float32, bitcast=True),
-                   ((2 * clo + 1) | 0x4B000000).to(tl.float32, bitcast=True) * 2.0 ** -10 - 8192.0)
-    above = fma_exact(mid, s, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0, odd clo): up
-    k = clo + (((pair >> 8) != clo) & (above < (clo & 1))).to(tl.int32)  # the upper code is clo + 1 where they differ
+    q = a * (1.0 / s)
+    vlo = _e4m3_grid(q * (1.0 - 2.0 ** -20), EMULATE_FMA)
+    vhi = _e4m3_grid(q * (1.0 + 2.0 ** -20), EMULATE_FMA)
+    clo = e4m3_code(vlo)
+    # (vlo + vhi)·(s/2): the midpoint times s, the sum exact (neighbours on the grid) and s/2 too (s >= 2^-100)
+    above = fma_exact(vlo + vhi, s * 0.5, -a, EMULATE_FMA).to(tl.int32, bitcast=True)  # < 0 (<= 0, odd clo): up
+    k = clo + ((vhi > vlo) & (above < (clo & 1))).to(tl.int32)  # vhi's code is clo + 1 where they differ
     return tl.where(xf < 0, k | 0x80, k)
 
 

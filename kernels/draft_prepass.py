@@ -82,7 +82,7 @@ def _draft_v_kernel(X, GATHER, VS8, S4, V16, V8T, V4T, sx_b, sx_h, sx_n, sx_d, H
     xt = tl.trans(x.to(tl.float32))  # (D, BLOCK): channels as rows, tokens along the 16-blocks
     outt = base + cols[:, None] * (R * BLOCK) + slots[None, :]
     x8, sv = each_in_fp32_range(xt, tl.load(VS8 + pid_bh * D + cols)[:, None])
-    tl.store(V8T + outt, e4m3_exact32(x8, sv, 1.0 / sv, EMULATE_FMA).to(tl.uint8))
+    tl.store(V8T + outt, e4m3_exact32(x8, sv, EMULATE_FMA).to(tl.uint8))
     x4, so = in_fp32_range(xt, tl.load(S4 + pid_bh))
     tl.store(V4T + outt, nvfp4_rows_exact(x4, so, D, BLOCK, EMULATE_FMA).to(tl.float16))
 

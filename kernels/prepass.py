@@ -11,8 +11,8 @@ that count (`mx_prepass(gated=True)`, kernels/launch.py) — never silently inex
 sage2-int8: K smoothing (per-channel mean over tokens), INT8 per token for Q and K, FP8 E4M3 per
 channel for V (scale amax/448), in Triton; the codes are the engine's bit for bit (fp64 mean, fp32 scales
 rounded once from fp64, and each code the RNE of the exact quotient, found without a division per element
-by the sign of (rounding midpoint · scale − x): one fp32 FMA each where x is an fp32 value (Q, V); for
-smoothed K, an fp64 value, an fp32 quotient with a bounded error and fp64 compares where it lies near a midpoint).
+by the sign of (rounding midpoint · scale − x): one fp32 FMA each where x is an fp32 value (Q, V), fp64
+compares where it is not (smoothed K) and the fp32 quotient lies near a midpoint).
 """
 
 from __future__ import annotations
@@ -405,112 +405,34 @@ def _thread_group(rows):
 
 
 @triton.jit
-def _group_extreme(acc, t, g, IS_MAX: tl.constexpr):
-    """Per channel, the max (IS_MAX) or min of acc (ROWS, D) over the rows of per-thread group g (t: each row's)."""
-    if IS_MAX:
-        return tl.max(tl.where((t == g)[:, None], acc, float("-inf")), axis=0)
-    else:
-        return tl.min(tl.where((t == g)[:, None], acc, float("inf")), axis=0)
-
-
-@triton.jit
-def _group_amax(hi, lo, t, g, m):
-    """max |fl64(x − m)| over group g's tokens and every channel, from each channel's largest and smallest x (hi,
-    lo: (ROWS, D) running extremes, t: each row's group) and the fp64 mean m (D,): fl64 rounding is monotone, so
-    the largest fl64(x − m) is fl64(hi − m) and the smallest fl64(lo − m); an empty group gives 0."""
-    a = tl.maximum(_group_extreme(hi, t, g, True).to(tl.float64) - m, m - _group_extreme(lo, t, g, False).to(tl.float64))
-    return tl.maximum(tl.max(a, axis=0), 0.0)
-
-
-@triton.jit
 def _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D: tl.constexpr, ROWS: tl.constexpr):
     """The fp64 |max| of K − mean over each of the 4 per-thread groups of the TILE-token block pid_blk (tokens past
-    N left out), as 4 scalars, and the mean (D,). One fp32 max and min per element over the block (the rows of a
-    ROWS-row tile keep their group from tile to tile: ROWS is a multiple of 8), then the fp64 differences once per
-    channel and group (`_group_amax`), not per element (an fp64 subtraction, compare and select per element, and
-    a cross-thread reduction per tile, before)."""
-    hi = tl.full((ROWS, D), float("-inf"), tl.float32)
-    lo = tl.full((ROWS, D), float("inf"), tl.float32)
-    for c in tl.range(0, KEY_BLOCK // ROWS, loop_unroll_factor=1):
+    N left out), as 4 scalars."""
+    a0 = tl.zeros((), tl.float64)
+    a1 = tl.zeros((), tl.float64)
+    a2 = tl.zeros((), tl.float64)
+    a3 = tl.zeros((), tl.float64)
+    for c in range(KEY_BLOCK // ROWS):
         x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk * (KEY_BLOCK // ROWS) + c, pid_bh, ROWS, D)
-        valid = (rows < N)[:, None]
-        xf = x.to(tl.float32)  # exact for 16-bit and fp32 K
-        hi = tl.maximum(hi, tl.where(valid, xf, float("-inf")))
-        lo = tl.minimum(lo, tl.where(valid, xf, float("inf")))
-    m = tl.load(MEAN + pid_bh * D + tl.arange(0, D))
-    t = _thread_group(tl.arange(0, ROWS))
-    return _group_amax(hi, lo, t, 0, m), _group_amax(hi, lo, t, 1, m), _group_amax(hi, lo, t, 2, m), \
-        _group_amax(hi, lo, t, 3, m), m
-
-
-# K's fp32 path (`_k_codes_fp32`) finds each code from t = fl32(fl32(fl32(x − m_hi) − m_lo) · fl32(1/s)), m_hi + m_lo
-# the fp64 mean split into two fp32 values (m − m_hi − m_lo below 2^-48·|m| + 2^-150). Against the exact quotient
-# (x − m) / s, t errs by at most 2^-22·127 (two subtractions, the reciprocal and the product, each 2^-24 relative,
-# at |x − m| / s <= 127·(1 + 2^-23)) plus 3.1·2^-48·|m| / s + 2^-150 / s: below 2^-14 where |m| <= 2^30·s and
-# s >= 2^-90, the conditions a block must meet to take that path (else the fp64 path of `_int8_rows`). A quotient
-# within 2^-14 of a rounding midpoint is settled by fp64 compares (`_fix_by_fp64_midpoints`).
-K_FP32_NEAR = tl.constexpr(2.0 ** -14)
-K_FP32_MIN_SCALE = tl.constexpr(2.0 ** -90)
-K_FP32_MAX_MEAN_RATIO = tl.constexpr(2.0 ** 30)
-
-
-@triton.jit
-def _group_scale(a):
-    """A group's fp32 scale amax/127 (the fp64 quotient rounded once to fp32, as the reference), 1 for amax 0."""
-    s = (a / 127.0).to(tl.float32)
-    return tl.where(s > 0, s, 1.0)
-
-
-@triton.jit
-def _k_codes_fp32(X, m, m_hi, m_lo, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, s0, s1, s2, s3,
-                  r0, r1, r2, r3, D: tl.constexpr, ROWS: tl.constexpr):
-    """One ROWS-token tile of K's INT8 codes after the mean, by the fp32 path above: per element a conversion, two
-    subtractions and a product instead of two fp64 conversions and an fp64 subtraction (`_int8_rows`). s0..s3:
-    the groups' scales, r0..r3 their correctly rounded reciprocals."""
-    x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_t, pid_bh, ROWS, D)
-    valid = rows < N
-    g = _thread_group(rows)
-    s = tl.where(valid, tl.where(g == 0, s0, tl.where(g == 1, s1, tl.where(g == 2, s2, s3))), 1.0)
-    # padding rows (x read as 0) get the reciprocal 0: quotient 0, code 0, never near a midpoint
-    r = tl.where(valid, tl.where(g == 0, r0, tl.where(g == 1, r1, tl.where(g == 2, r2, r3))), 0.0)
-    t = ((x.to(tl.float32) - m_hi[None, :]) - m_lo[None, :]) * r[:, None]
-    # |x − m| / s <= 127·(1 + 2^-23), so a code past ±127 comes only from a quotient near ±127.5, which is fixed
-    # (and clamped) by the fp64 compares
-    c, cf = round_to_int(t)
-    if tl.max(tl.max((tl.abs(t - cf) > 0.5 - K_FP32_NEAR).to(tl.int32), axis=1), axis=0) > 0:
-        c = tl.where(valid[:, None], _fix_by_fp64_midpoints(x.to(tl.float64) - m[None, :], c, s, 127), 0)
-    tl.store(OUT + pid_bh * (n_pad * D) + rows[:, None] * D + cols[None, :], c.to(tl.int8))
-    tl.store(SC + pid_bh * n_pad + rows, s)
+        x64 = x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :]
+        amax = tl.where(rows < N, tl.abs(tl.reduce(x64, 1, _absmax)), 0.0)
+        t = _thread_group(rows)
+        a0 = tl.maximum(a0, tl.max(tl.where(t == 0, amax, 0.0), axis=0))
+        a1 = tl.maximum(a1, tl.max(tl.where(t == 1, amax, 0.0), axis=0))
+        a2 = tl.maximum(a2, tl.max(tl.where(t == 2, amax, 0.0), axis=0))
+        a3 = tl.maximum(a3, tl.max(tl.where(t == 3, amax, 0.0), axis=0))
+    return a0, a1, a2, a3
 
 
 @triton.jit
 def _k_thread_codes(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk, pid_bh, D: tl.constexpr,
                     ROWS: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """K's INT8 codes after the mean for the TILE-token block pid_blk, one scale per per-thread group (the group's
-    amax/127; SC gets each token's group scale): the maxima first, then the codes, K read twice; by the fp32 path
-    (`_k_codes_fp32`) where the block's scales and mean allow it, else by `_int8_rows`' fp64 one."""
-    a0, a1, a2, a3, m = _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D, ROWS)
-    s0 = _group_scale(a0)
-    s1 = _group_scale(a1)
-    s2 = _group_scale(a2)
-    s3 = _group_scale(a3)
-    s_min = tl.minimum(tl.minimum(s0, s1), tl.minimum(s2, s3))
-    fast = (s_min >= K_FP32_MIN_SCALE) & (tl.max(tl.abs(m), axis=0) <= s_min.to(tl.float64) * K_FP32_MAX_MEAN_RATIO)
-    if fast:
-        m_hi = m.to(tl.float32)
-        m_lo = (m - m_hi.to(tl.float64)).to(tl.float32)
-        one = tl.full((), 1.0, tl.float32)
-        r0 = tl.math.div_rn(one, s0)
-        r1 = tl.math.div_rn(one, s1)
-        r2 = tl.math.div_rn(one, s2)
-        r3 = tl.math.div_rn(one, s3)
-        for c in range(KEY_BLOCK // ROWS):
-            _k_codes_fp32(X, m, m_hi, m_lo, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad,
-                          pid_blk * (KEY_BLOCK // ROWS) + c, pid_bh, s0, s1, s2, s3, r0, r1, r2, r3, D, ROWS)
-    else:
-        for c in range(KEY_BLOCK // ROWS):
-            _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk * (KEY_BLOCK // ROWS) + c,
-                       pid_bh, D, ROWS, True, EMULATE_FMA, True, a0, a1, a2, a3)
+    amax/127; SC gets each token's group scale): the maxima first, then the codes (`_int8_rows`), K read twice."""
+    a0, a1, a2, a3 = _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D, ROWS)
+    for c in range(KEY_BLOCK // ROWS):
+        _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_blk * (KEY_BLOCK // ROWS) + c, pid_bh, D,
+                   ROWS, True, EMULATE_FMA, True, a0, a1, a2, a3)
 
 
 @triton.jit
@@ -568,7 +490,7 @@ def _int8_rows(X, MEAN, OUT, SC, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid
 
 
 @triton.jit
-def _sage_kv_codes_kernel(K, V, KMEAN, SV, RV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad,
+def _sage_kv_codes_kernel(K, V, KMEAN, SV, KC, KS, VT, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad,
                           n_k_progs, D: tl.constexpr, ROWS: tl.constexpr, TB: tl.constexpr,
                           OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """The sage2 pre-pass's last launch, programs split by id: [0, n_k_progs) K's INT8 codes after the mean, one
@@ -580,12 +502,12 @@ def _sage_kv_codes_kernel(K, V, KMEAN, SV, RV, KC, KS, VT, sk_b, sk_h, sk_n, sk_
     if pid < n_k_progs:
         _k_thread_codes(K, KMEAN, KC, KS, sk_b, sk_h, sk_n, sk_d, H, Nk, n_pad, pid, pid_bh, D, ROWS, EMULATE_FMA)
     else:
-        _v_fp8(V, SV, RV, VT, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad, pid - n_k_progs, pid_bh, D, TB, OPERAND_ORDER,
+        _v_fp8(V, SV, VT, sv_b, sv_h, sv_n, sv_d, H, Nk, n_pad, pid - n_k_progs, pid_bh, D, TB, OPERAND_ORDER,
                EMULATE_FMA)
 
 
 @triton.jit
-def _v_fp8(X, SV, RV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
+def _v_fp8(X, SV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D: tl.constexpr, TB: tl.constexpr,
            OPERAND_ORDER: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """V / (per-channel scale SV (B·H, D)) -> E4M3 (RNE, saturating; `e4m3_exact32`), written transposed
     as bytes into OUT (B·H, D, n_pad) uint8, the tokens in `operand_key` order if OPERAND_ORDER."""
@@ -599,7 +521,7 @@ def _v_fp8(X, SV, RV, OUT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, pid_t, pid_bh, D
     x = tl.load(X + b * sx_b + h * sx_h + keys[None, :] * sx_n + cols[:, None] * sx_d,
                 mask=(keys < N)[None, :], other=0.0).to(tl.float32)  # exact for 16-bit and fp32 V
     x, sv = each_in_fp32_range(x, tl.load(SV + pid_bh * D + cols)[:, None])  # channels below the fp32 path's range
-    code = e4m3_exact32(x, sv, tl.load(RV + pid_bh * D + cols)[:, None], EMULATE_FMA)
+    code = e4m3_exact32(x, sv, EMULATE_FMA)
     tl.store(OUT + pid_bh * (D * n_pad) + cols[:, None] * n_pad + toks[None, :], code.to(tl.uint8))
 
 
@@ -656,19 +578,17 @@ def token_absmax(x: torch.Tensor, layout: str) -> torch.Tensor:
     return _token_reduce(x, layout, absmax=True).amax(dim=0)
 
 
-# Per head_dim: (rows per program of the INT8 Q pass, rows per step of a K program, tokens per program of the V
-# pass), all dividing TILE (padding is to TILE); 4 warps per program. Measured on the H200 over rows 16-128 x tokens
-# 16-128 x 4 or 8 warps, per launch (every tiling writes the same bytes): at head_dim 64 (32, 32) took 107 / 408 µs
-# against 117 / 449 µs for (16, 16) at ltx-video / cogvideox-5b; at head_dim 128 (16, 16) and (16, 32) within 1 % of
-# each other and the best at wan1.3b-480p (364 µs; (32, 32) 396, 8 warps 15-50 % slower everywhere). A K step
-# (`_k_thread_codes`) holds at most 16 elements per thread: with 32 rows at head_dim 64 the K/V launch needed 168
-# registers per thread (offline sm_90 SASS, `benchmarks/sass_key_loop.py prepass sage-kv D=64`), with 16 rows 96
-SAGE_TILES = {64: (32, 16, 32), 128: (16, 16, 16)}
+# Per head_dim: (rows per program of the INT8 Q/K passes, tokens per program of the V pass), both dividing TILE
+# (padding is to TILE); 4 warps per program. Measured on the H200 over rows 16-128 x tokens 16-128 x 4 or 8 warps,
+# per launch (every tiling writes the same bytes): at head_dim 64 (32, 32) took 107 / 408 µs against 117 / 449 µs
+# for (16, 16) at ltx-video / cogvideox-5b; at head_dim 128 (16, 16) and (16, 32) within 1 % of each other and
+# the best at wan1.3b-480p (364 µs; (32, 32) 396, 8 warps 15-50 % slower everywhere)
+SAGE_TILES = {64: (32, 32), 128: (16, 16)}
 SAGE_WARPS = 4
 
 
 @triton.jit
-def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, COUNT, KMEAN, SV, RV, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n,
+def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, COUNT, KMEAN, SV, sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n,
                              sk_d, sv_b, sv_h, sv_n, sv_d, H, Nq, Nk, pad_q, BH, n_q_progs, D: tl.constexpr,
                              ROWS: tl.constexpr, RROWS: tl.constexpr, RTILES: tl.constexpr, EMULATE_FMA: tl.constexpr):
     """The sage2 pre-pass's first launch: programs [0, n_q_progs) write Q's INT8 codes (`_int8_rows`), the rest
@@ -692,14 +612,14 @@ def _sage_q_and_stats_kernel(Q, K, V, QC, QS, KPART, VPART, COUNT, KMEAN, SV, RV
         # program that reads them after its own count, acquire)
         tl.debug_barrier()
         if tl.atomic_add(COUNT + pid_bh, 1, sem="acq_rel", scope="gpu") == chunks - 1:
-            _sage_stats(KPART, VPART, KMEAN, SV, RV, pid_bh, BH, chunks, Nk, D)
+            _sage_stats(KPART, VPART, KMEAN, SV, pid_bh, BH, chunks, Nk, D)
             # every chunk program of this (batch, head) has counted: the count back to 0, ready for the next call
             # on the same buffer (a call plan's, kernels/plans.py)
             tl.store(COUNT + pid_bh, 0)
 
 
 @triton.jit
-def _sage_stats(KPART, VPART, KMEAN, SV, RV, bh, BH, chunks, n, D: tl.constexpr):
+def _sage_stats(KPART, VPART, KMEAN, SV, bh, BH, chunks, n, D: tl.constexpr):
     """For (batch, head) bh: K's fp64 mean over tokens from the chunk sums KPART (chunks, B·H, D), and V's channel
     scales amax/448 from the |max| partials VPART, divided in fp64 (correctly rounded) and rounded once to fp32
     (the reference's float32_scale; an all-zero channel gets 1). The same sums in the same order whichever program
@@ -707,12 +627,7 @@ def _sage_stats(KPART, VPART, KMEAN, SV, RV, bh, BH, chunks, n, D: tl.constexpr)
     cols = tl.arange(0, D)
     tl.store(KMEAN + bh * D + cols, _partials_sum64(KPART, bh * D, BH * D, chunks, D) / n.to(tl.float64))
     sv = (_partials_max(VPART, bh * D, BH * D, chunks, D).to(tl.float64) / 448.0).to(tl.float32)
-    sv = tl.where(sv > 0, sv, 1.0)
-    tl.store(SV + bh * D + cols, sv)
-    # the correctly rounded reciprocal of the scale the V codes are formed with (`each_in_fp32_range`'s: times
-    # 2^100 below the fp32 path's range), once per channel instead of a division per channel in every V program
-    sv = tl.where(sv < SMALLEST_FP32_PATH_SCALE, sv * 2.0 ** 100, sv)
-    tl.store(RV + bh * D + cols, tl.math.div_rn(tl.full(sv.shape, 1.0, tl.float32), sv))
+    tl.store(SV + bh * D + cols, tl.where(sv > 0, sv, 1.0))
 
 
 def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, operand_order: bool = False,
@@ -745,17 +660,16 @@ def sage_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     # multiplies by the fp32 reciprocal, 1 ulp off for ~60 % of channels, which moves exact E4M3 ties
     # of bf16-valued V off their midpoint (kernel vs engine 0.4-0.5 % on bf16-valued random data)
     sv = torch.empty((BH, D), device=dev, dtype=torch.float32)
-    rv = torch.empty((BH, D), device=dev, dtype=torch.float32)  # 1 / sv (of V's codes' in-range scale)
-    rows, k_rows, tb = SAGE_TILES.get(D, SAGE_TILES[128])
+    rows, tb = SAGE_TILES.get(D, SAGE_TILES[128])
     n_q_progs = pad_q // rows
     count = torch.zeros((BH,), device=dev, dtype=torch.int32)  # chunk programs done per (batch, head)
     run(_sage_q_and_stats_kernel, (n_q_progs + chunks, BH),
-        q, k, v, qc, qs, kpart, vpart, count, kmean, sv, rv, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout),
+        q, k, v, qc, qs, kpart, vpart, count, kmean, sv, *_bhnd_strides(q, layout), *_bhnd_strides(k, layout),
         *_bhnd_strides(v, layout), H, Nq, Nk, pad_q, BH, n_q_progs, D=D, ROWS=rows, RROWS=rrows, RTILES=rtiles,
         EMULATE_FMA=EMULATE_FMA, num_warps=SAGE_WARPS)
     run(_sage_kv_codes_kernel, (pad_k // TILE + pad_k // tb, BH),
-        k, v, kmean, sv, rv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
-        pad_k, pad_k // TILE, D=D, ROWS=k_rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
+        k, v, kmean, sv, kc, ks, vt.view(torch.uint8), *_bhnd_strides(k, layout), *_bhnd_strides(v, layout), H, Nk,
+        pad_k, pad_k // TILE, D=D, ROWS=rows, TB=tb, OPERAND_ORDER=operand_order, EMULATE_FMA=EMULATE_FMA,
         num_warps=SAGE_WARPS)
     return qc, qs, kc, ks, vt, sv
 

@@ -103,9 +103,8 @@ def _tiny_scales(b, h, nq, nk, d):
 def _k_offsets(b, h, n, d, spread, seed=7):
     """fp32 K whose channels sit on one large common value, 2^26 + 8·j with integer j in [0, spread] (8 = the fp32
     step there; every sum is an exact integer in fp64, so the mean is the same in any order): the smoothed values
-    are small against the mean. spread 40: |mean| / scale about 2^26 · 127 / 160 < 2^30, the K pass's fp32 path
-    with its largest error term from the mean; spread 1: about 2^26 · 127 / 4 > 2^30, its fp64 path. Q and V
-    ordinary."""
+    are small against the mean (|mean| / scale about 2^26 · 127 / 160 at spread 40, 2^26 · 127 / 4 at spread 1),
+    where a quotient formed from fp32 parts of the mean would lose its low bits. Q and V ordinary."""
     g = torch.Generator().manual_seed(seed)
     q, _, v = make_qkv(b, h, n, n, d, outliers=False, seed=seed, dtype=torch.float32)
     k = (2.0 ** 26 + 8.0 * torch.randint(0, spread + 1, (b, h, n, d), generator=g)).float()
@@ -171,7 +170,7 @@ def test_sage_prepass_is_bit_exact_against_formats(dtype, head_dim):
     # scales small enough for the fp64 path, beside ordinary rows in the same programs
     bad = _sage_prepass_vs_formats(*(t.cuda() for t in _tiny_scales(2, 3, 300, 200, head_dim)))
     assert not any(bad.values()), bad
-    # K far from zero against its spread: the K pass's fp32 path with a large mean, and past its limit
+    # K far from zero against its spread
     for spread in (40, 1):
         bad = _sage_prepass_vs_formats(*(t.cuda() for t in _k_offsets(2, 3, 300, head_dim, spread)))
         assert not any(bad.values()), (spread, bad)
