@@ -253,7 +253,7 @@ VARIANTS = (
             dtypes=("float16", "bfloat16"), plain_softmax=True),
     Variant("mx", "MXFP4 everywhere (mxattention and its ablations, mxfp4-ocp, mxfp4-tfs): Q/K folded into E4M3, "
             "P̃ quantized in the kernel", lambda s: s.kind == "quantized" and _formats(s) == ["mxfp4"] * 4,
-            _refuse_mx, prepass="operands:mx_operands", mode=MODE_MX, settings=_ATTN, gluon=True),
+            _refuse_mx, prepass="operands:mx_operands", mode=MODE_MX, settings=_ATTN, gluon=True, replay=True),
     Variant("sage", "INT8 Q/K, FP8 V and P̃ (sage2-int8)",
             lambda s: s.kind == "quantized" and _formats(s) == ["int8", "int8", "fp8_e4m3", "fp8_e4m3"],
             _refuse_sage, prepass="operands:sage_operands", mode=MODE_SAGE, settings=_ATTN, gluon=True,

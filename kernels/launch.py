@@ -96,7 +96,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
 
     Inference-only: the kernels have no backward, so a call autograd would record raises InferenceOnlyError.
 
-    A call without stats, key padding mask or config, of a row whose launches a plan may replay (sage2-int8), records
+    A call without stats, key padding mask or config, of a row whose launches a plan may replay (sage2-int8, the
+    MXFP4 family), records
     its launches as a call plan; later calls of the same signature replay them (kernels/plans.py).
     """
     refuse_autograd("lowbit_video.kernels.attention", q, k, v)
@@ -191,13 +192,14 @@ def _qk_fp8(cfg: dict, gluon: bool) -> bool:
     return bool(cfg["QK_FP8"]) if cfg.get("QK_FP8") is not None else gluon
 
 
-def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse=None):
+def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse=None,
+                  run=_launcher.launch):
     """The exact bf16 fallback of an MXFP4 call, after its E4M3 kernel: the gated pre-pass rewrites Q, K (and an
     8-bit V) in bf16 into the same buffers, then the gated Triton kernel overwrites `out` (and `lse`); each launch returns at
     once when no fold counted a block (the usual case: a few microseconds)."""
     qs, ks, vs = prepass.mx_prepass(fb["q"], fb["k"], fb["v"], fb["layout"], fb["spec"], counts=fb["counts"],
                                     qk_out=(fb["qbuf"], fb["kbuf"]), v_out=fb["vbuf"] if fb["v_again"] else None,
-                                    gated=True)
+                                    gated=True, run=run)
     qq, kk, vv = fb["qbuf"], fb["kbuf"], fb["vbuf"]
     vs = vs if fb["v_again"] else fb["vs"]  # (exact_p: V was bf16 already, its exponents 0)
     ops = dict(qq=qq, kk=kk, vv=vv, qs=qs, ks=ks, vs=vs)
@@ -205,7 +207,7 @@ def _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, pr
     cfg = _bf16_tiles(cfg)
     grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), P["qq"].shape[0])
     _attn(grid, P2, out, so, kpm, fb["counts"], skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg,
-          cfg["NUM_STAGES"], gated=True, lse=lse)
+          cfg["NUM_STAGES"], gated=True, lse=lse, run=run)
 
 
 def _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments=None, ds="table", gluon=False,
@@ -294,7 +296,7 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         _attn(grid, P, out, so, kpm, bad, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, tcfg, tcfg["NUM_STAGES"],
               lse=lse, run=run)
     if fb is not None:
-        _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse)
+        _run_fallback(fb, P, out, so, kpm, skpm, H, Nq, Nk, D, sm_scale, has_kpm, promote, cfg, lse, run=run)
     st._counts = fb["counts"] if fb is not None else None
     st._exact_p = fb is not None and not fb["v_again"]
     return out

@@ -20,7 +20,7 @@ import math
 import torch
 import triton
 
-from . import prepass
+from . import plans, prepass
 
 
 @functools.lru_cache(maxsize=32)
@@ -29,22 +29,26 @@ def _p_shift(static_scale: float) -> float:
     return -math.log2(float(torch.tensor(static_scale, dtype=torch.float32)))
 
 
-def mx_operands(q, k, v, spec, layout, *, B, H, D, exact_p, gluon, **_):
+def mx_operands(q, k, v, spec, layout, *, B, H, D, exact_p, gluon, run, **_):
     """The MXFP4 pre-pass without a host decision: Q, K and V folded into E4M3 (V in bf16 with exact_p), each in the
     first half of a bf16-sized buffer, and the plan of the exact bf16 fallback (`launch._run_fallback`), which
     overwrites those buffers on the device only if a fold counted a block it could not hold. The buffers cost one
-    byte per operand element more than E4M3 alone; the decision costs no host synchronisation (one per call before)."""
+    byte per operand element more than E4M3 alone; the decision costs no host synchronisation (one per call before).
+    Every buffer is written by a launch (the counters too), so a call plan may replay the call; not where torch
+    casts Q and K first (`prepass.needs_cast`): a replay would not repeat the cast."""
     dev = q.device
+    if prepass.needs_cast(q, k) and isinstance(run, plans.Recorder):
+        run.decline()
     nq_pad = triton.cdiv(prepass._dims(q, layout)[2], prepass.TILE) * prepass.TILE
     nk_pad = triton.cdiv(prepass._dims(k, layout)[2], prepass.TILE) * prepass.TILE
-    counts = torch.zeros((4,), device=dev, dtype=torch.int32)  # [Q/K, V fold, P̃ E4M3 kernel, P̃ fallback]
+    counts = prepass.zeroed_counters(4, dev, run)  # [Q/K, V fold, P̃ E4M3 kernel, P̃ fallback]
     qbuf = torch.empty((B * H, nq_pad, D), device=dev, dtype=torch.bfloat16)
     kbuf = torch.empty((B * H, nk_pad, D), device=dev, dtype=torch.bfloat16)
     vbuf = torch.empty((B * H, D, nk_pad), device=dev, dtype=torch.bfloat16)
     qq, kk = prepass.fp8_view(qbuf), prepass.fp8_view(kbuf)
     vv = vbuf if exact_p else prepass.fp8_view(vbuf)
     qs, ks, vs = prepass.mx_prepass(q, k, v, layout, spec, counts=counts, qk_out=(qq, kk), v_out=vv,
-                                    operand_order=gluon and not exact_p)
+                                    operand_order=gluon and not exact_p, run=run)
     fallback = dict(q=q, k=k, v=v, layout=layout, spec=spec, counts=counts, qbuf=qbuf, kbuf=kbuf, vbuf=vbuf,
                     vs=vs, v_again=not exact_p)
     rule, flq, qmax = prepass.rule_params(spec.p)

@@ -34,9 +34,12 @@ import torch
 
 from . import _launcher
 
-# the zoo's calls up to wan2.2-5b-720p keep theirs (wan1.3b-480p 149 MiB, an 8 ms call); the 14B and HunyuanVideo
-# shapes (0.5–1.2 GB) keep none: half a millisecond of host time is at most 2 % of their 28–215 ms calls
-WORKSPACE_BYTES = 256 << 20
+# sage2-int8's calls up to wan2.2-5b-720p keep theirs (wan1.3b-480p 149 MiB, an 8 ms call), the MXFP4 family's up
+# to cogvideox-5b and wan1.3b-480p (313 / 290 MiB: bf16-sized buffers, for the exact fallback; mxattention's GPU
+# waited 0.55 ms for the host in a 10.9 ms call at wan1.3b-480p, results/kernels-h200.md "Small shapes"); the 14B
+# and HunyuanVideo shapes (0.5–1.2 GB) keep none: half a millisecond of host time is at most 2 % of their 28–215 ms
+# calls
+WORKSPACE_BYTES = 384 << 20
 MAX_PLANS = 4  # a model calls attention at one or two shapes (self- and cross-attention)
 SLOTS = ("q", "k", "v", "out", "lse")  # the call's own tensors, replaced on replay
 
@@ -81,6 +84,12 @@ class Recorder:
 
     def __init__(self):
         self.launches = []
+        self.declined = False
+
+    def decline(self) -> None:
+        """Keep no plan of this call: its pre-pass did work outside the launches (a torch cast) that a replay
+        would not repeat."""
+        self.declined = True
 
     def __call__(self, fn, grid, *args, **constexprs):
         kernel = _launcher.launch(fn, grid, *args, **constexprs)
@@ -91,7 +100,9 @@ class Recorder:
     def plan(self, spec, q, k, v, out, lse=None, extra=None) -> Plan | None:
         """The plan of the recorded call whose own tensors were q, k, v, out and lse, or None where replaying could
         differ from running the call (a launch took a tensor sharing memory with them that is not one of them, or
-        a TMA descriptor of one of them) or where its workspace is over WORKSPACE_BYTES."""
+        a TMA descriptor of one of them; the pre-pass declined) or where its workspace is over WORKSPACE_BYTES."""
+        if self.declined:
+            return None
         own = (q, k, v, out, lse)
         own_storage = {t.untyped_storage().data_ptr() for t in own if t is not None}
         workspace = {}

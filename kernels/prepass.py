@@ -255,14 +255,16 @@ def fp8_view(buf: torch.Tensor) -> torch.Tensor:
 
 def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, layout: str, spec, *,
                counts: torch.Tensor, qk_out=(None, None), v_out: torch.Tensor | None = None,
-               operand_order: bool = False, gated: bool = False):
+               operand_order: bool = False, gated: bool = False, run=_launcher.launch):
     """The MXFP4 operands of a call, written into the given buffers: Q and K folded per 128-token tile (qk_out,
     (B·H, N_pad, D) each, E4M3 or bf16 by their dtype), Vᵀ folded per channel (v_out (B·H, D, Nk_pad), tokens
     in `operand_key` order if operand_order). An operand whose buffer is None (or, for Q / K, whose tensor is
     None) is left out. Returns the exponents (Q (B·H, q tiles), K (B·H, k tiles), V (B·H, D); int32). E4M3 output
     counts the blocks it cannot hold into counts[0] (Q/K) and counts[1] (V). gated (bf16 output, the exact
     fallback): every launch returns at once unless one of those counts is nonzero. Three launches for E4M3 (Q, K
-    and V's |max| partials; V's exponents; V's fold), two for the fallback."""
+    and V's |max| partials; V's exponents; V's fold), two for the fallback, each by `run` (`_launcher.launch`, or a
+    call plan's recorder). Q and K of two dtypes, or of one outside fp32 / bf16 / fp16, are cast by torch first
+    (`needs_cast`)."""
     qo, ko = qk_out
     q = q if qo is not None else None
     k = k if ko is not None else None
@@ -272,9 +274,8 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
     Nk = _dims(v, layout)[2]
     BH = B * H
     dev = x.device
-    if q is not None and k is not None and (q.dtype != k.dtype or q.dtype not in _FOLD_DTYPES):
-        q, k = q.float(), k.float()
-    q, k = (t if t is None or t.dtype in _FOLD_DTYPES else t.float() for t in (q, k))
+    if needs_cast(q, k):
+        q, k = q.float() if q is not None else None, k.float() if k is not None else None
     fp8 = next((o.dtype == torch.float8_e4m3fn for o in (qo, ko) if o is not None), False)
     nq_t = triton.cdiv(Nq, TILE) if q is not None else 0
     nk_t = triton.cdiv(Nk, TILE)
@@ -292,7 +293,7 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
     rq, rk = rule_params(spec.q), rule_params(spec.k)
     grid0 = nq_t + (nk_t if k is not None else 0) + chunks
     if grid0:
-        _mx_fold_kernel[(grid0, BH)](
+        run(_mx_fold_kernel, (grid0, BH),
             qx, kx, v, hm, qo if qo is not None else counts, ko if ko is not None else counts, qr, kr, vpart, counts,
             *_bhnd_strides(qx, layout), *_bhnd_strides(kx, layout), *_bhnd_strides(v, layout), H, Nq, Nk, nq_t,
             nk_t if k is not None else 0, BH, 1.0 / math.sqrt(D), D=D, ROWS=TILE, RULE_Q=rq[0], FLQ_Q=rq[1],
@@ -301,15 +302,34 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
     if v_out is not None:
         rule, flq, qmax = rule_params(spec.v)
         if v_fp8:
-            _mx_v_exponent_kernel[(BH,)](vpart, vr, BH, chunks, D=D, RULE=rule, FLQ=flq, QMAX=qmax, num_warps=4)
+            run(_mx_v_exponent_kernel, (BH,), vpart, vr, BH, chunks, D=D, RULE=rule, FLQ=flq, QMAX=qmax, num_warps=4)
         # (E4M3 adds to the V counter, counts[1]; a gated launch reads both counters)
-        _mx_cols_kernel[(nk_t, BH)](v, v_out, vr, counts if gated else counts[1:], *_bhnd_strides(v, layout), H, Nk,
-                                    v_out.shape[-1], D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=qmax, OUT_FP8=v_fp8,
-                                    OPERAND_ORDER=operand_order, GATED=gated, num_warps=8)
+        run(_mx_cols_kernel, (nk_t, BH), v, v_out, vr, counts if gated else counts[1:], *_bhnd_strides(v, layout), H,
+            Nk, v_out.shape[-1], D=D, TB=TILE, RULE=rule, FLQ=flq, QMAX=qmax, OUT_FP8=v_fp8,
+            OPERAND_ORDER=operand_order, GATED=gated, num_warps=8)
     return qr, kr, vr
 
 
 _FOLD_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def needs_cast(q: torch.Tensor | None, k: torch.Tensor | None) -> bool:
+    """Whether `mx_prepass` casts Q and K to fp32 in torch first: two dtypes, or one its kernels do not read."""
+    given = [t.dtype for t in (q, k) if t is not None]
+    return len(set(given)) > 1 or any(d not in _FOLD_DTYPES for d in given)
+
+
+@triton.jit
+def _zero_kernel(X, N: tl.constexpr):
+    """X[0 .. N) = 0 (int32): counters zeroed by a launch, which a call plan's replay repeats (kernels/plans.py)."""
+    tl.store(X + tl.arange(0, N), tl.zeros((N,), tl.int32))
+
+
+def zeroed_counters(n: int, device, run=_launcher.launch) -> torch.Tensor:
+    """n int32 counters (n a power of two) set to 0 by a launch through `run`."""
+    counts = torch.empty((n,), device=device, dtype=torch.int32)
+    run(_zero_kernel, (1,), counts, N=n)
+    return counts
 
 
 def _mx_one(x: torch.Tensor, layout: str, op, fp8: bool, along_tokens: bool, operand_order: bool = False,

@@ -137,6 +137,72 @@ def test_plans_are_off_with_a_launch_hook_and_while_a_graph_is_captured(monkeypa
     assert plans.available() is expected
 
 
+def test_a_declined_call_keeps_no_plan(no_gpu):
+    """A pre-pass that did work outside its launches declines the plan: nothing to replay."""
+    pre, ker = StandInJit(_prepass_fn), StandInJit(_kernel_fn)
+    q, k, v, out, lse = (torch.zeros(16) for _ in range(5))
+    rec = _record(q, k, v, out, lse, pre, ker, torch.zeros(32, dtype=torch.int8))
+    rec.decline()
+    assert rec.plan("spec", q, k, v, out, lse) is None
+
+
+class _Listing(plans.Recorder):
+    """A recorder that lists the launches it is handed and runs none (CPU tensors, no Triton launch)."""
+
+    def __call__(self, fn, grid, *args, **constexprs):
+        self.launches.append((fn, tuple(grid), args, constexprs))
+
+
+@pytest.mark.parametrize("gated,fp8,expected", [
+    (False, True, ["_mx_fold_kernel", "_mx_v_exponent_kernel", "_mx_cols_kernel"]),
+    (True, False, ["_mx_fold_kernel", "_mx_cols_kernel"]),
+])
+def test_every_mxfp4_prepass_launch_goes_through_run(gated, fp8, expected):
+    """The MXFP4 pre-pass issues each of its kernels through `run` (a plan records what `run` sees, so a launch
+    past it would be missing from every replay); the E4M3 pre-pass three, the gated bf16 fallback two."""
+    from types import SimpleNamespace
+
+    from lowbit_video.kernels import prepass
+
+    q, k, v = make_qkv(1, 2, 200, 200, 64, outliers=False, seed=1, dtype=torch.bfloat16)
+    op = SimpleNamespace(rule="ocp", qmax=6.0)
+    spec = SimpleNamespace(q=op, k=op, v=op, rotation="hadamard")
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    qo, ko = (torch.empty((2, 256, 64), dtype=dtype) for _ in range(2))
+    vo = torch.empty((2, 64, 256), dtype=dtype)
+    run = _Listing()
+    counts = torch.zeros(4, dtype=torch.int32)
+    prepass.mx_prepass(q, k, v, "BHND", spec, counts=counts, qk_out=(qo, ko), v_out=vo, gated=gated, run=run)
+    assert [fn.__name__ if hasattr(fn, "__name__") else fn.fn.__name__ for fn, *_ in run.launches] == expected
+
+
+def test_mx_operands_zero_their_counters_by_a_launch_and_decline_a_plan_after_a_cast(monkeypatch):
+    """The MXFP4 operands' exactness counters are zeroed by the call's first launch (a replay zeroes them too);
+    Q and K that torch casts first (two dtypes, float64) decline the call's plan, one 16-bit dtype keeps it."""
+    from types import SimpleNamespace
+
+    from lowbit_video.kernels import operands, prepass
+
+    seen = {}
+
+    def fake_prepass(q, k, v, layout, spec, *, counts, qk_out, v_out, operand_order, run):
+        seen["run"] = run
+        return (torch.zeros(1, dtype=torch.int32),) * 3
+
+    monkeypatch.setattr(prepass, "mx_prepass", fake_prepass)
+    spec = SimpleNamespace(p=SimpleNamespace(rule="ue8m0", block=32), placement="pnq")
+    monkeypatch.setattr(prepass, "rule_params", lambda op: (2, 2, 6.0))
+    q, k, v = make_qkv(1, 2, 130, 130, 64, outliers=False, seed=2, dtype=torch.bfloat16)
+    for qd, kd, declined in [(torch.bfloat16, torch.bfloat16, False), (torch.float16, torch.float16, False),
+                             (torch.float32, torch.bfloat16, True), (torch.float64, torch.float64, True)]:
+        run = _Listing()
+        operands.mx_operands(q.to(qd), k.to(kd), v, spec, "BHND", B=1, H=2, D=64, exact_p=False, gluon=True,
+                             run=run)
+        (fn, grid, args, constexprs), = run.launches  # (the stand-in pre-pass launched nothing)
+        assert fn is prepass._zero_kernel and grid == (1,) and args[0].shape == (4,) and constexprs == {"N": 4}
+        assert seen["run"] is run and run.declined is declined, (qd, kd)
+
+
 # ------------------------------------------------------------------------------------------------------ GPU
 
 
@@ -153,34 +219,44 @@ def replays(monkeypatch):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention", "mxfp4-ocp"])
 @pytest.mark.parametrize("shape,layout", [((1, 3, 300, 260, 128), "BHND"), ((2, 2, 200, 333, 64), "BNHD")])
 @pytest.mark.parametrize("return_lse", [False, True])
-def test_replayed_calls_give_the_bits_of_whole_calls_on_gpu(replays, shape, layout, return_lse):
+def test_replayed_calls_give_the_bits_of_whole_calls_on_gpu(replays, recipe, shape, layout, return_lse):
     """Each replayed call equals, bit for bit, the same call run through dispatch, pre-pass and launch (a call
     with `stats` records and replays nothing): new tensors of the signature, and the recorded call's own tensors
-    after their values changed in place."""
-    from lowbit_video.kernels.launch import KernelStats, attention
+    after their values changed in place. For the MXFP4 recipes (PNQ and direct placement) the last inputs hold a
+    token 2^24 above the others, blocks the E4M3 fold cannot hold, so a replay's exact bf16 fallback runs too."""
+    from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
+
+    mx = recipe != "sage2-int8"
 
     def inputs(seed):
         q, k, v = (t.cuda() for t in make_qkv(*shape, outliers=seed == 2, seed=seed))
+        if seed == 3 and mx:
+            q[:, :, 5] *= 2.0 ** 24
         if layout == "BNHD":
             q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
         return q, k, v
 
-    def whole(q, k, v):
-        return attention(q, k, v, "sage2-int8", layout=layout, return_lse=return_lse, stats=KernelStats())
+    def whole(q, k, v, st=None):
+        return attention(q, k, v, recipe, layout=layout, return_lse=return_lse, stats=st or KernelStats())
 
     q, k, v = inputs(1)
-    first = attention(q, k, v, "sage2-int8", layout=layout, return_lse=return_lse)  # records
+    first = attention(q, k, v, recipe, layout=layout, return_lse=return_lse)  # records
     assert len(plans.PLANS) == 1 and not replays
     for seed in (2, 3):
         q2, k2, v2 = inputs(seed)
-        again = attention(q2, k2, v2, "sage2-int8", layout=layout, return_lse=return_lse)
+        again = attention(q2, k2, v2, recipe, layout=layout, return_lse=return_lse)
+        if mx and seed == 3:
+            st = KernelStats()
+            whole(q2, k2, v2, st)
+            assert finalize_stats(st).qk_fallback  # (the inputs do reach the fallback)
         expected = whole(q2, k2, v2)
         for a, b in zip(again if return_lse else (again,), expected if return_lse else (expected,)):
             assert torch.equal(a, b)
     q.mul_(-0.5), k.add_(0.25), v.mul_(2.0)
-    again = attention(q, k, v, "sage2-int8", layout=layout, return_lse=return_lse)
+    again = attention(q, k, v, recipe, layout=layout, return_lse=return_lse)
     expected = whole(q, k, v)
     torch.cuda.synchronize()
     assert len(replays) == 3
@@ -217,3 +293,16 @@ def test_a_key_tensor_on_another_device_is_never_replayed_on_gpu(replays):
     with pytest.raises(Exception):
         attention(q, k.cpu(), v, "sage2-int8")
     assert not replays
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_an_mxfp4_call_whose_q_and_k_torch_casts_keeps_no_plan_on_gpu(replays):
+    """fp32 q with bf16 k: the MXFP4 pre-pass casts both in torch first, which a replay would not repeat, so the
+    call declines its plan (and still equals the whole call)."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 256, 256, 128, outliers=False, seed=7))
+    out = attention(q.float(), k, v, "mxattention")
+    assert len(plans.PLANS) == 0
+    assert torch.equal(out, attention(q.float(), k, v, "mxattention", stats=KernelStats()))
