@@ -110,8 +110,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
         plan = plans.PLANS.get(plan_key, spec)
         if plan is not None:
             B, H, Nq, sm_scale, smooth = plan.extra
-            out = _new_output(q)
-            lse = torch.empty((B * H, Nq), device=q.device, dtype=torch.float32) if return_lse else None
+            out, lse = _new_output(q), _new_lse(q, B, H, Nq, return_lse)
             plan.replay(q, k, v, out, lse)
             return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
     if layout not in ("BHND", "BNHD"):
@@ -142,7 +141,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     run = recorder if recorder is not None else _launcher.launch
     prep = _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments, cfg.get("DS", "table"),
                     gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon), run=run)
-    lse = torch.empty((B * H, Nq), device=dev, dtype=torch.float32) if return_lse else None
+    lse = _new_lse(q, B, H, Nq, return_lse)
     out = _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, key_padding_mask is not None,
                   promote, cfg, st, lse, run=run)
     smooth = row.smooths_k or spec.smooth_k  # the pre-pass smoothed K
@@ -158,6 +157,11 @@ def _new_output(q: torch.Tensor) -> torch.Tensor:
     if out.stride(-1) != 1:  # (a strided view's layout)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     return out
+
+
+def _new_lse(q: torch.Tensor, B: int, H: int, Nq: int, wanted: bool) -> torch.Tensor | None:
+    """The rows' log-sum-exp buffer of a call, (B·H, Nq) fp32 on q's device, or None when not asked for."""
+    return torch.empty((B * H, Nq), device=q.device, dtype=torch.float32) if wanted else None
 
 
 def _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth):

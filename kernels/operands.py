@@ -20,7 +20,7 @@ import math
 import torch
 import triton
 
-from . import plans, prepass
+from . import prepass
 
 
 @functools.lru_cache(maxsize=32)
@@ -34,11 +34,9 @@ def mx_operands(q, k, v, spec, layout, *, B, H, D, exact_p, gluon, run, **_):
     first half of a bf16-sized buffer, and the plan of the exact bf16 fallback (`launch._run_fallback`), which
     overwrites those buffers on the device only if a fold counted a block it could not hold. The buffers cost one
     byte per operand element more than E4M3 alone; the decision costs no host synchronisation (one per call before).
-    Every buffer is written by a launch (the counters too), so a call plan may replay the call; not where torch
-    casts Q and K first (`prepass.needs_cast`): a replay would not repeat the cast."""
+    Every buffer is written by a launch (the counters too), so a call plan may replay the call (`prepass.mx_prepass`
+    declines it where torch casts Q and K first)."""
     dev = q.device
-    if prepass.needs_cast(q, k) and isinstance(run, plans.Recorder):
-        run.decline()
     nq_pad = triton.cdiv(prepass._dims(q, layout)[2], prepass.TILE) * prepass.TILE
     nk_pad = triton.cdiv(prepass._dims(k, layout)[2], prepass.TILE) * prepass.TILE
     counts = prepass.zeroed_counters(4, dev, run)  # [Q/K, V fold, P̃ E4M3 kernel, P̃ fallback]

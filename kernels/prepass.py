@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _launcher
+from . import _launcher, plans
 from ._rounding import (EMULATE_FMA, SMALLEST_FP32_PATH_SCALE, e4m3_exact32, each_in_fp32_range, in_fp32_range,
                         nvfp4_rows_exact, rne_int_exact32, round_to_int)
 from ._core import RULE_IDS, _pow2, e2m1_round, mx_exponent
@@ -263,8 +263,8 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
     counts the blocks it cannot hold into counts[0] (Q/K) and counts[1] (V). gated (bf16 output, the exact
     fallback): every launch returns at once unless one of those counts is nonzero. Three launches for E4M3 (Q, K
     and V's |max| partials; V's exponents; V's fold), two for the fallback, each by `run` (`_launcher.launch`, or a
-    call plan's recorder). Q and K of two dtypes, or of one outside fp32 / bf16 / fp16, are cast by torch first
-    (`needs_cast`)."""
+    call plan's recorder). Q and K of two dtypes, or of one outside fp32 / bf16 / fp16, are cast by torch first,
+    which a replay would not repeat: a recording call then declines its plan."""
     qo, ko = qk_out
     q = q if qo is not None else None
     k = k if ko is not None else None
@@ -274,7 +274,9 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
     Nk = _dims(v, layout)[2]
     BH = B * H
     dev = x.device
-    if needs_cast(q, k):
+    if _needs_cast(q, k):
+        if isinstance(run, plans.Recorder):
+            run.decline()
         q, k = q.float() if q is not None else None, k.float() if k is not None else None
     fp8 = next((o.dtype == torch.float8_e4m3fn for o in (qo, ko) if o is not None), False)
     nq_t = triton.cdiv(Nq, TILE) if q is not None else 0
@@ -313,7 +315,7 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
 _FOLD_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def needs_cast(q: torch.Tensor | None, k: torch.Tensor | None) -> bool:
+def _needs_cast(q: torch.Tensor | None, k: torch.Tensor | None) -> bool:
     """Whether `mx_prepass` casts Q and K to fp32 in torch first: two dtypes, or one its kernels do not read."""
     given = [t.dtype for t in (q, k) if t is not None]
     return len(set(given)) > 1 or any(d not in _FOLD_DTYPES for d in given)

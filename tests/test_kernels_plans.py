@@ -153,6 +153,25 @@ class _Listing(plans.Recorder):
         self.launches.append((fn, tuple(grid), args, constexprs))
 
 
+def _mx_prepass_listed(q, k, v, *, gated=False, fp8=True):
+    """prepass.mx_prepass on CPU tensors through a `_Listing` recorder (E4M3 or bf16 outputs): the recorder."""
+    from types import SimpleNamespace
+
+    from lowbit_video.kernels import prepass
+
+    op = SimpleNamespace(rule="ocp", qmax=6.0)
+    spec = SimpleNamespace(q=op, k=op, v=op, rotation="hadamard")
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    b, h, n, d = v.shape
+    pad = -(-n // 128) * 128
+    qo, ko = (torch.empty((b * h, pad, d), dtype=dtype) for _ in range(2))
+    vo = torch.empty((b * h, d, pad), dtype=dtype)
+    run = _Listing()
+    prepass.mx_prepass(q, k, v, "BHND", spec, counts=torch.zeros(4, dtype=torch.int32), qk_out=(qo, ko), v_out=vo,
+                       gated=gated, run=run)
+    return run
+
+
 @pytest.mark.parametrize("gated,fp8,expected", [
     (False, True, ["_mx_fold_kernel", "_mx_v_exponent_kernel", "_mx_cols_kernel"]),
     (True, False, ["_mx_fold_kernel", "_mx_cols_kernel"]),
@@ -160,25 +179,25 @@ class _Listing(plans.Recorder):
 def test_every_mxfp4_prepass_launch_goes_through_run(gated, fp8, expected):
     """The MXFP4 pre-pass issues each of its kernels through `run` (a plan records what `run` sees, so a launch
     past it would be missing from every replay); the E4M3 pre-pass three, the gated bf16 fallback two."""
-    from types import SimpleNamespace
-
-    from lowbit_video.kernels import prepass
-
     q, k, v = make_qkv(1, 2, 200, 200, 64, outliers=False, seed=1, dtype=torch.bfloat16)
-    op = SimpleNamespace(rule="ocp", qmax=6.0)
-    spec = SimpleNamespace(q=op, k=op, v=op, rotation="hadamard")
-    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
-    qo, ko = (torch.empty((2, 256, 64), dtype=dtype) for _ in range(2))
-    vo = torch.empty((2, 64, 256), dtype=dtype)
-    run = _Listing()
-    counts = torch.zeros(4, dtype=torch.int32)
-    prepass.mx_prepass(q, k, v, "BHND", spec, counts=counts, qk_out=(qo, ko), v_out=vo, gated=gated, run=run)
-    assert [fn.__name__ if hasattr(fn, "__name__") else fn.fn.__name__ for fn, *_ in run.launches] == expected
+    run = _mx_prepass_listed(q, k, v, gated=gated, fp8=fp8)
+    assert [fn.fn.__name__ for fn, *_ in run.launches] == expected
 
 
-def test_mx_operands_zero_their_counters_by_a_launch_and_decline_a_plan_after_a_cast(monkeypatch):
-    """The MXFP4 operands' exactness counters are zeroed by the call's first launch (a replay zeroes them too);
-    Q and K that torch casts first (two dtypes, float64) decline the call's plan, one 16-bit dtype keeps it."""
+@pytest.mark.parametrize("q_dtype,k_dtype,declined", [
+    (torch.bfloat16, torch.bfloat16, False), (torch.float16, torch.float16, False),
+    (torch.float32, torch.bfloat16, True), (torch.float64, torch.float64, True),
+])
+def test_an_mxfp4_prepass_that_casts_q_and_k_declines_the_plan(q_dtype, k_dtype, declined):
+    """Q and K that torch casts first (two dtypes, float64) decline the call's plan (a replay would not repeat the
+    cast); one dtype the kernels read keeps it."""
+    q, k, v = make_qkv(1, 2, 130, 130, 64, outliers=False, seed=2, dtype=torch.bfloat16)
+    assert _mx_prepass_listed(q.to(q_dtype), k.to(k_dtype), v).declined is declined
+
+
+def test_mx_operands_zero_their_counters_by_a_launch(monkeypatch):
+    """The MXFP4 operands' exactness counters are zeroed by the call's first launch (a replay zeroes them too), and
+    the pre-pass gets the same `run`."""
     from types import SimpleNamespace
 
     from lowbit_video.kernels import operands, prepass
@@ -190,17 +209,14 @@ def test_mx_operands_zero_their_counters_by_a_launch_and_decline_a_plan_after_a_
         return (torch.zeros(1, dtype=torch.int32),) * 3
 
     monkeypatch.setattr(prepass, "mx_prepass", fake_prepass)
-    spec = SimpleNamespace(p=SimpleNamespace(rule="ue8m0", block=32), placement="pnq")
     monkeypatch.setattr(prepass, "rule_params", lambda op: (2, 2, 6.0))
+    spec = SimpleNamespace(p=SimpleNamespace(), placement="pnq")
     q, k, v = make_qkv(1, 2, 130, 130, 64, outliers=False, seed=2, dtype=torch.bfloat16)
-    for qd, kd, declined in [(torch.bfloat16, torch.bfloat16, False), (torch.float16, torch.float16, False),
-                             (torch.float32, torch.bfloat16, True), (torch.float64, torch.float64, True)]:
-        run = _Listing()
-        operands.mx_operands(q.to(qd), k.to(kd), v, spec, "BHND", B=1, H=2, D=64, exact_p=False, gluon=True,
-                             run=run)
-        (fn, grid, args, constexprs), = run.launches  # (the stand-in pre-pass launched nothing)
-        assert fn is prepass._zero_kernel and grid == (1,) and args[0].shape == (4,) and constexprs == {"N": 4}
-        assert seen["run"] is run and run.declined is declined, (qd, kd)
+    run = _Listing()
+    operands.mx_operands(q, k, v, spec, "BHND", B=1, H=2, D=64, exact_p=False, gluon=True, run=run)
+    (fn, grid, args, constexprs), = run.launches  # (the stand-in pre-pass launched nothing)
+    assert fn is prepass._zero_kernel and grid == (1,) and args[0].shape == (4,) and constexprs == {"N": 4}
+    assert seen["run"] is run and not run.declined
 
 
 # ------------------------------------------------------------------------------------------------------ GPU
