@@ -10,7 +10,8 @@ prints, beside SDPA cuDNN in the same process:
 - pre / kern: the pre-pass and the kernel timed on their own (`kernels.launch.split_call`, each from an idle GPU);
 - gpu / span: one call from an idle GPU under torch.profiler: the GPU time of its kernels and the span from the
   first kernel's start to the last one's end (span − gpu: the time the GPU waited for the host between launches;
-  the profiler adds host time of its own, so this is an upper bound), and the number of kernels.
+  the profiler adds host time of its own, so this is an upper bound), and the number of kernels;
+- plan: the workspace of the call plan the timed calls kept (kernels/plans.py), or none.
 `--tune 'RECIPE:{"KEY": VALUE}'` (repeatable) also times the kernel with those settings at the three smallest shapes.
 `--prepass` also lists the pre-pass's GPU kernels (µs per call, torch.profiler over 10 pre-passes) beside a copy of
 Q, K and V (`clone`, back to back: reading the inputs and writing as many bytes, a floor for a pass that reads them
@@ -169,6 +170,7 @@ def main(argv=None) -> int:
 
     from lowbit_video.attention import attend
     from lowbit_video.bench.common import SHAPES, median_ms, queued_ms, shape_name
+    from lowbit_video.kernels import plans
     from lowbit_video.kernels.launch import attention, split_call
 
     if not torch.cuda.is_available():
@@ -204,17 +206,20 @@ def main(argv=None) -> int:
         for r, planned in [(r, p) for r in args.recipes for p in ((True, False) if args.without_plans else (True,))]:
             label = r if planned else f"{r} (no plans)"
             call = lambda: attend(q, k, v, r)  # noqa: E731
+            plans.clear()
             with _plans(planned):
                 tot = median_ms(call, warmup=2, reps=reps)
                 queued, host = queued_ms(call, reps=reps), _host_ms(call)
                 tl = _timeline(call)
+            kept = plans.PLANS.newest()
+            plan = f"{kept.workspace_bytes / 2 ** 20:.0f} MiB" if kept is not None else "none"
             pre, kern, st = split_call(q, k, v, r)
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
-            rows.append(dict(shape=sh.name, recipe=r, plans=planned, cudnn=c, total=tot, queued=queued, host=host,
-                             pre=pm, kern=km, x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
+            rows.append(dict(shape=sh.name, recipe=r, plans=planned, plan=plan, cudnn=c, total=tot, queued=queued,
+                             host=host, pre=pm, kern=km, x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
             print(f"{sh.name:15s} {label:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} "
                   f"x{cb / queued:5.2f} | host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu "
-                  f"{tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels)", flush=True)
+                  f"{tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels) | plan {plan}", flush=True)
             if args.prepass:
                 kernels = _prepass_kernels(pre)
                 rows[-1].update(prepass_kernels=kernels, copy_us=copy_us)

@@ -151,6 +151,11 @@ class Plans:
             while len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)
 
+    def newest(self) -> Plan | None:
+        """The plan used or kept last (None when there is none)."""
+        with self._lock:
+            return next(reversed(self._plans.values()), None)
+
     def clear(self) -> None:
         """Drop every plan (and so its workspace)."""
         with self._lock:

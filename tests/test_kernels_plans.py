@@ -121,12 +121,14 @@ def test_the_cache_keeps_the_most_recent_plans_of_the_same_spec(monkeypatch):
     cache.put("b", made["b"])
     assert cache.get("a", spec) is made["a"]  # a is now the most recent
     cache.put("c", made["c"])
+    assert cache.newest() is made["c"]
     assert cache.get("b", spec) is None and cache.get("a", spec) is made["a"] and len(cache) == 2
+    assert cache.newest() is made["a"]  # (used last)
     assert cache.get("a", object()) is None  # the key's id(spec) now names another spec
     cache.put("d", None)  # a call whose plan was refused
     assert len(cache) == 2
     cache.clear()
-    assert len(cache) == 0
+    assert len(cache) == 0 and cache.newest() is None
 
 
 @pytest.mark.parametrize("hooked,capturing,expected", [(False, False, True), (True, False, False),
