@@ -20,6 +20,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+# the pre-pass's jit functions the halves call, set by `_kernels` (a jit function finds what it calls among its
+# module's globals; triton and the kernels are imported only there, so that the tests can load this script for its
+# argument handling without them)
+_k_thread_codes = _v_fp8 = None
+
 
 def _kernels():
     """The halves of the second launch as kernels of their own (the pre-pass's own jit functions inside)."""
@@ -28,8 +33,6 @@ def _kernels():
 
     from lowbit_video.kernels import prepass
 
-    # a jit function finds what it calls among its module's globals; triton is imported only here (the tests load
-    # this script for its argument handling without it)
     globals().update(_k_thread_codes=prepass._k_thread_codes, _v_fp8=prepass._v_fp8)
 
     @triton.jit
