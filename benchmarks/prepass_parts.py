@@ -66,14 +66,13 @@ def do_bench_us(fn) -> float:
 
 
 def measure(H: int, N: int, D: int, k_tiles, v_tiles, device: str = "cuda",
-            timer=do_bench_us) -> list[tuple[str, float, bool]]:
-    """(part, µs by `timer`, equal to the pre-pass's own output) for bf16 BHND inputs (1, H, N, D) on `device`."""
+            us=do_bench_us) -> list[tuple[str, float, bool]]:
+    """(part, µs by `us`, equal to the pre-pass's own output) for bf16 BHND inputs (1, H, N, D) on `device`."""
     import torch
     import triton
 
     from lowbit_video.kernels import prepass as P
 
-    us = timer
     g = torch.Generator(device=device).manual_seed(0)
     base = torch.randn(1, H, 1, D, device=device, generator=g)  # a shared channel offset: smoothing has work to do
     q, k, v = ((base + 0.5 * torch.randn(1, H, N, D, device=device, generator=g)).to(torch.bfloat16) for _ in range(3))

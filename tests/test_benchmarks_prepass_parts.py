@@ -35,7 +35,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from benchmark_scripts import load
 parts = load("prepass_parts").measure(2, 300, 64, [(16, 4), (32, 2)], [(32, 4), (16, 2)], device="cpu",
-                                      timer=lambda fn: (fn(), 0.0)[1])
+                                      us=lambda fn: (fn(), 0.0)[1])
 print(json.dumps([[name, same] for name, _, same in parts]))
 """
 
