@@ -124,8 +124,17 @@ def prepass_module(module):
 
 @contextlib.contextmanager
 def variant_modules(kernel, prepass):
-    with kernel_module(kernel), prepass_module(prepass):
-        yield
+    """The variant's modules in place, with no call plan from outside the block: a plan replays the launches (the
+    compiled kernels and the pre-pass) of the call that recorded it, so one recorded under another variant's
+    modules would run in this variant's place (kernels/plans.py)."""
+    from lowbit_video.kernels import plans
+
+    plans.clear()
+    try:
+        with kernel_module(kernel), prepass_module(prepass):
+            yield
+    finally:
+        plans.clear()
 
 
 def run(shapes, recipes, variants, rounds: int, reps: int, seed: int = 0, call: bool = False):

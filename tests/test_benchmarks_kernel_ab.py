@@ -74,3 +74,16 @@ def test_a_prepass_file_is_what_operands_calls_while_swapped_in(tmp_path):
     assert operands.prepass is before
     with ab.prepass_module(None):  # this checkout's: nothing swapped
         assert operands.prepass is before
+
+
+def test_no_call_plan_crosses_into_or_out_of_a_variant():
+    """A plan replays the launches of the variant that recorded it, so each variant's block starts and ends with
+    none (a stand-in plan: the store only holds what it is given)."""
+    ab = _ab()
+    from lowbit_video.kernels import plans
+
+    plans.PLANS.put(("outside",), object())
+    with ab.variant_modules(None, None):
+        assert len(plans.PLANS) == 0
+        plans.PLANS.put(("inside",), object())
+    assert len(plans.PLANS) == 0
