@@ -740,6 +740,6 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         WRITE_LSE=lse is not None, NWG=consumers, num_warps=4)
     if rot:
         # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
-        unrotate(dst, P["hv"], out, so)
+        unrotate(dst, P["hv"], out, so, run=run)
     return out
 

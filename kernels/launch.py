@@ -97,8 +97,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     Inference-only: the kernels have no backward, so a call autograd would record raises InferenceOnlyError.
 
     A call without stats, key padding mask or config, of a row whose launches a plan may replay (sage2-int8, the
-    MXFP4 family), records
-    its launches as a call plan; later calls of the same signature replay them (kernels/plans.py).
+    MXFP4 family, the INT4 recipes), records its launches as a call plan; later calls of the same signature replay
+    them (kernels/plans.py).
     """
     refuse_autograd("lowbit_video.kernels.attention", q, k, v)
     spec, row = _spec_and_row(recipe)

@@ -61,16 +61,18 @@ def sage_operands(q, k, v, spec, layout, *, gluon, run, **_):
     return dict(qq=qq, qs=qs, kk=kk, ks=ks, vv=vv, vs=vs, p_fp8=True, p_shift=_p_shift(spec.p.static_scale))
 
 
-def int4_operands(q, k, v, spec, layout, *, D, ds, qk_fp8, rope_segments, **_):
+def int4_operands(q, k, v, spec, layout, *, D, ds, qk_fp8, rope_segments, run, **_):
     """The INT4 recipes: rotated INT4 codes of Q and K per token (int8, or E4M3 with qk_fp8), Vᵀ per channel (rotated
-    by the Sylvester matrix with rotate_v); with Q smoothing ΔS from a table (ds "table") or fused in the kernel."""
+    by the Sylvester matrix with rotate_v); with Q smoothing ΔS from a table (ds "table") or fused in the kernel.
+    Every buffer is written by a launch through `run` (the matrices are made once per device), so a call plan may
+    replay the call (`prepass.int4_prepass` declines it where torch casts V first)."""
     if ds == "fused" and spec.smooth_q and D > 64:
         # measured on the H200 (Triton 3.6): 279552 B of shared memory at head_dim 128 > 232448
         raise ValueError("DS='fused' fits in shared memory at head_dim 64 only; use DS='table'")
-    qq, qs, qm, kk, ks, kf, vv, vs = prepass.int4_prepass(q, k, v, layout, spec, rope_segments, qk_fp8)
+    qq, qs, qm, kk, ks, kf, vv, vs = prepass.int4_prepass(q, k, v, layout, spec, rope_segments, qk_fp8, run=run)
     smq, rotv = (0 if not spec.smooth_q else 2 if ds == "table" else 1), bool(spec.rotate_v)
     if smq == 2:
-        kf = prepass.delta_s_table(qm, kf)
+        kf = prepass.delta_s_table(qm, kf, run=run)
         skf, sqm = kf.stride(0), kf.stride(1)
     else:
         skf, sqm = (kf.stride(0) if smq else 0), qm.stride(0)

@@ -12,7 +12,8 @@ What a plan keeps: each launch's compiled kernel, grid, stream and arguments, an
 wrote them into (its workspace): a replayed call writes the same buffers again. That is safe because the
 launches run in stream order (a plan belongs to one stream and one host thread, both in its key) and because the
 row's pre-pass rewrites every buffer it reads on each call (`dispatch.Variant.replay`; sage2's statistics counter
-is reset by the kernel that counts with it). Kept only where that memory is small: a workspace over
+is reset by the kernel that counts with it; what no launch writes, the rotation matrices and the zeros standing in
+for what a recipe leaves out, never changes). Kept only where that memory is small: a workspace over
 `WORKSPACE_BYTES` is not kept, since there the host time is a small share of the call (wan14b-720p: 1.2 GB of
 operands, a 140 ms call), and at most `MAX_PLANS` plans, the least recently used dropped first.
 

@@ -576,14 +576,15 @@ def _token_partial(X, OUT, sx_b, sx_h, sx_n, sx_d, H, N, BH, pid_c, pid_bh, D: t
 TOKEN_REDUCE = (128, 2)
 
 
-def _token_reduce(x: torch.Tensor, layout: str, absmax: bool) -> torch.Tensor:
-    """(chunks, B·H, D) partial results of `_token_reduce_kernel` over chunks of TOKEN_REDUCE[0]·[1] tokens."""
+def _token_reduce(x: torch.Tensor, layout: str, absmax: bool, run=_launcher.launch) -> torch.Tensor:
+    """(chunks, B·H, D) partial results of `_token_reduce_kernel` over chunks of TOKEN_REDUCE[0]·[1] tokens,
+    launched by `run`."""
     B, H, N, D = _dims(x, layout)
     rows, tiles = TOKEN_REDUCE
     chunks = triton.cdiv(N, rows * tiles)
     part = torch.empty((chunks, B * H, D), device=x.device, dtype=torch.float32 if absmax else torch.float64)
-    _token_reduce_kernel[(chunks, B * H)](x, part, *_bhnd_strides(x, layout), H, N, B * H, D=D, ROWS=rows,
-                                          TILES=tiles, ABSMAX=absmax, num_warps=4)
+    run(_token_reduce_kernel, (chunks, B * H), x, part, *_bhnd_strides(x, layout), H, N, B * H, D=D, ROWS=rows,
+        TILES=tiles, ABSMAX=absmax, num_warps=4)
     return part
 
 
@@ -778,25 +779,31 @@ def _int4_v_codes_kernel(X, HM, SV, VT, sx_b, sx_h, sx_n, sx_d, H, N, n_pad, rot
     tl.store(VT + pid_bh * (D * n_pad) + cols[None, :] * n_pad + toks[:, None], c)
 
 
-def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k):
+def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k, run=_launcher.launch):
     """Vᵀ INT4 codes (B·H, D, pad_k) int8, tokens in `operand_key` order, and per-channel fp32 scales (B·H, D):
     two passes over (token tile, b·h) programs (the channels' maxima per tile, then the codes), equal to the torch
     formulation (V·H in fp32, scale = fp32(amax / 7) from float64, codes RNE in float64) up to the rotation's
-    fp32 summation order."""
+    fp32 summation order. Each launch by `run`; V of a dtype the passes do not read (float64) is cast by torch
+    first, which a replay would not repeat: a recording call then declines its plan."""
     dev = v.device
     n_tiles = pad_k // TILE
     x32 = v.dtype not in _HALF
-    x = v if v.dtype in _HALF or v.dtype == torch.float32 else v.float()
+    if v.dtype in _HALF or v.dtype == torch.float32:
+        x = v
+    else:
+        if isinstance(run, plans.Recorder):
+            run.decline()
+        x = v.float()
     hm = _sylvester_pm1(D, torch.float32, dev)
     strides = _bhnd_strides(x, layout)
     amax = torch.empty((B * H, n_tiles, D), device=dev, dtype=torch.float32)
-    _int4_v_amax_kernel[(n_tiles, B * H)](x, hm, amax, *strides, H, Nk, n_tiles, 1.0 / math.sqrt(D), D=D, TB=TILE,
-                                          ROT=rotate, X_F32=x32, num_warps=8)
+    run(_int4_v_amax_kernel, (n_tiles, B * H), x, hm, amax, *strides, H, Nk, n_tiles, 1.0 / math.sqrt(D), D=D,
+        TB=TILE, ROT=rotate, X_F32=x32, num_warps=8)
     sv = torch.empty((B * H, D), device=dev, dtype=torch.float32)
-    _int4_v_scales_kernel[(B * H,)](amax, sv, n_tiles, D=D, num_warps=4)
+    run(_int4_v_scales_kernel, (B * H,), amax, sv, n_tiles, D=D, num_warps=4)
     vt = torch.empty((B * H, D, pad_k), device=dev, dtype=torch.int8)
-    _int4_v_codes_kernel[(n_tiles, B * H)](x, hm, sv, vt, *strides, H, Nk, pad_k, 1.0 / math.sqrt(D), D=D, TB=TILE,
-                                           ROT=rotate, X_F32=x32, EMULATE_FMA=EMULATE_FMA, num_warps=8)
+    run(_int4_v_codes_kernel, (n_tiles, B * H), x, hm, sv, vt, *strides, H, Nk, pad_k, 1.0 / math.sqrt(D), D=D,
+        TB=TILE, ROT=rotate, X_F32=x32, EMULATE_FMA=EMULATE_FMA, num_warps=8)
     return vt, sv
 
 
@@ -853,11 +860,13 @@ INT4_ROWS = (128, 8)  # rows per program (= the Q smoothing group = the kernel's
 
 
 def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, spec, rope_segments=None,
-                 qk_fp8: bool = False):
+                 qk_fp8: bool = False, run=_launcher.launch):
     """INT4 operands: q codes (B·H, Nq_pad, D) int8 (E4M3 if qk_fp8: the same integers) and scales (B·H,
     Nq_pad), q group means (B·H, q tiles, D) (zeros without Q smoothing), k codes (as q's) and scales, the smoothed
     full-precision K (B·H, Nk_pad, D) fp32 (a 1-element dummy without Q smoothing), Vᵀ codes (B·H, D, Nk_pad)
-    int8, V channel scales (B·H, D)."""
+    int8, V channel scales (B·H, D). Every kernel is launched by `run` (`_launcher.launch`, or a call plan's
+    recorder); the buffers no launch writes (the zeros that stand in for what a recipe leaves out) are never
+    written, so a replay reads the same zeros."""
     B, H, Nq, D = _dims(q, layout)
     Nk = _dims(k, layout)[2]
     rows, warps = INT4_ROWS
@@ -877,19 +886,19 @@ def int4_prepass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str,
     ks = torch.empty((B * H, pad_k), device=dev, dtype=torch.float32)
     kf = torch.empty((B * H, pad_k, D), device=dev, dtype=torch.float32) if smq else torch.zeros((1,), device=dev)
     if spec.smooth_k:
-        part = _token_reduce(k, layout, absmax=False)
+        part = _token_reduce(k, layout, absmax=False, run=run)
         kmean = torch.empty((B * H, D), device=dev, dtype=torch.float32)
-        _int4_kmean_kernel[(B * H,)](part, rot[2] if rot is not None else part, kmean, B * H, part.shape[0], Nk,
-                                     D=D, ROT=rot is not None, JB=32, num_warps=4)
+        run(_int4_kmean_kernel, (B * H,), part, rot[2] if rot is not None else part, kmean, B * H, part.shape[0], Nk,
+            D=D, ROT=rot is not None, JB=32, num_warps=4)
     else:
         kmean = torch.zeros((1,), device=dev)
-    _int4_rows_kernel[(pad_q // rows, B * H)](q, rm, kmean, qc, qs, qm, kf, *_bhnd_strides(q, layout), H, Nq, pad_q,
-                                              rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=False,
-                                              GROUP_MEAN=smq, WRITE_F=False, X_F32=q.dtype not in _HALF, num_warps=warps)
-    _int4_rows_kernel[(pad_k // rows, B * H)](k, rm, kmean, kc, ks, qm, kf, *_bhnd_strides(k, layout), H, Nk, pad_k,
-                                              rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=bool(spec.smooth_k),
-                                              GROUP_MEAN=False, WRITE_F=smq, X_F32=k.dtype not in _HALF, num_warps=warps)
-    vt, sv = _int4_v(v, layout, bool(spec.rotate_v), B, H, Nk, D, pad_k)
+    run(_int4_rows_kernel, (pad_q // rows, B * H), q, rm, kmean, qc, qs, qm, kf, *_bhnd_strides(q, layout), H, Nq,
+        pad_q, rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=False, GROUP_MEAN=smq, WRITE_F=False,
+        X_F32=q.dtype not in _HALF, num_warps=warps)
+    run(_int4_rows_kernel, (pad_k // rows, B * H), k, rm, kmean, kc, ks, qm, kf, *_bhnd_strides(k, layout), H, Nk,
+        pad_k, rs, D=D, ROWS=rows, ROT=rot is not None, SUB_MEAN=bool(spec.smooth_k), GROUP_MEAN=False,
+        WRITE_F=smq, X_F32=k.dtype not in _HALF, num_warps=warps)
+    vt, sv = _int4_v(v, layout, bool(spec.rotate_v), B, H, Nk, D, pad_k, run=run)
     return qc, qs, qm, kc, ks, kf, vt, sv
 
 
@@ -908,17 +917,18 @@ def _delta_s_kernel(QM, KF, T, G, n_pad, D: tl.constexpr, TK: tl.constexpr, GB: 
         tl.store(T + (bh * G + g)[:, None] * n_pad + keys[None, :], ds, mask=(g < G)[:, None])
 
 
-def delta_s_table(qm: torch.Tensor, kf: torch.Tensor) -> torch.Tensor:
+def delta_s_table(qm: torch.Tensor, kf: torch.Tensor, run=_launcher.launch) -> torch.Tensor:
     """The Q-smoothing term of every (q group, key): q_mean · K_smoothedᵀ, (B·H, q groups, Nk_pad) fp32, by a
     3xTF32 MMA (fp32-level accuracy, tested against float64; the reference adds ΔS in full precision, which
-    TF32 alone would not keep; torch's IEEE fp32 bmm took 11.9 ms at wan-720p on the H200)."""
+    TF32 alone would not keep; torch's IEEE fp32 bmm took 11.9 ms at wan-720p on the H200), launched by `run`
+    (qm and kf contiguous, as the INT4 and NVFP4 pre-passes write them)."""
     bh, G, D = qm.shape
     n_pad = kf.shape[1]
     out = torch.empty((bh, G, n_pad), device=qm.device, dtype=torch.float32)
     # 64 keys × 64 q groups per MMA, 4 warps, 2 stages: the fastest of 32 tilings at wan-720p (6.1 ms; 10.65 with
     # 128 keys and 8 warps; the same bits)
-    _delta_s_kernel[(n_pad // 64, bh)](qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=64, GB=64,
-                                       num_warps=4, num_stages=2)
+    run(_delta_s_kernel, (n_pad // 64, bh), qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=64, GB=64,
+        num_warps=4, num_stages=2)
     return out
 
 

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import _launcher
+
 ROWS = 64  # rows per MMA (with 2 stages: 104 KB of shared memory at D = 128, two programs per SM)
 TILES = 16  # row tiles per program: H (64 KB at D = 128) is read once per program, not once per tile
 
@@ -38,13 +40,12 @@ def _unrotate_kernel(X, HV, O, so_b, so_h, so_n, H, N, scale, D: tl.constexpr, R
         tl.store(o_base + rows[:, None] * so_n + cols[None, :], out.to(O.dtype.element_ty), mask=inb)
 
 
-def unrotate(x: torch.Tensor, hv: torch.Tensor, out: torch.Tensor, so) -> torch.Tensor:
-    """x (B, H, N, D) fp32 contiguous, hv (D, D) ±1 fp32; writes x·hv/sqrt(D) into `out` (strides so = (b, h, n,
-    d), d contiguous) in out's dtype and returns out."""
+def unrotate(x: torch.Tensor, hv: torch.Tensor, out: torch.Tensor, so, run=_launcher.launch) -> torch.Tensor:
+    """x (B, H, N, D) fp32 contiguous, hv (D, D) ±1 fp32 contiguous; writes x·hv/sqrt(D) into `out` (strides so =
+    (b, h, n, d), d contiguous) in out's dtype by one launch through `run` and returns out."""
     B, H, N, D = x.shape
-    if not x.is_contiguous() or so[3] != 1:
-        raise ValueError("unrotate: x contiguous and out's head_dim contiguous")
-    _unrotate_kernel[(triton.cdiv(N, ROWS * TILES), B * H)](x, hv.contiguous(), out, so[0], so[1], so[2], H, N,
-                                                              1.0 / math.sqrt(D), D=D, ROWS=ROWS, TILES=TILES,
-                                                              num_warps=4, num_stages=2)
+    if not x.is_contiguous() or not hv.is_contiguous() or so[3] != 1:
+        raise ValueError("unrotate: x and hv contiguous, out's head_dim contiguous")
+    run(_unrotate_kernel, (triton.cdiv(N, ROWS * TILES), B * H), x, hv, out, so[0], so[1], so[2], H, N,
+        1.0 / math.sqrt(D), D=D, ROWS=ROWS, TILES=TILES, num_warps=4, num_stages=2)
     return out

@@ -221,6 +221,55 @@ def test_mx_operands_zero_their_counters_by_a_launch(monkeypatch):
     assert seen["run"] is run and not run.declined
 
 
+def _int4_operands_listed(recipe, v_dtype=torch.bfloat16):
+    """operands.int4_operands of `recipe` on CPU tensors (head_dim 64, the ΔS table) through a `_Listing` recorder:
+    (the recorder, the operands)."""
+    from lowbit_video.kernels import dispatch, operands
+
+    q, k, v = make_qkv(1, 2, 200, 200, 64, outliers=False, seed=3)
+    run = _Listing()
+    ops = operands.int4_operands(q, k, v.to(v_dtype), dispatch.attention_spec(recipe), "BHND", D=64, ds="table",
+                                 qk_fp8=True, rope_segments=None, run=run)
+    return run, ops
+
+
+@pytest.mark.parametrize("recipe", ["rotateattention-half", "int4-baseline"])
+def test_every_int4_prepass_launch_goes_through_run(recipe):
+    """The INT4 pre-pass issues each of its kernels through `run`: K's token sums and mean, Q's and K's codes, V's
+    maxima, scales and codes, the ΔS table; a launch past `run` would be missing from every replay."""
+    run, _ = _int4_operands_listed(recipe)
+    assert [fn.fn.__name__ for fn, *_ in run.launches] == [
+        "_token_reduce_kernel", "_int4_kmean_kernel", "_int4_rows_kernel", "_int4_rows_kernel",
+        "_int4_v_amax_kernel", "_int4_v_scales_kernel", "_int4_v_codes_kernel", "_delta_s_kernel"]
+    assert not run.declined
+
+
+@pytest.mark.parametrize("v_dtype,declined", [(torch.bfloat16, False), (torch.float32, False), (torch.float64, True)])
+def test_an_int4_prepass_that_casts_v_declines_the_plan(v_dtype, declined):
+    """V of a dtype the INT4 passes do not read (float64) is cast by torch first, which a replay would not repeat:
+    the call declines its plan; bf16 and fp32 V keep it."""
+    assert _int4_operands_listed("rotateattention-half", v_dtype)[0].declined is declined
+
+
+@pytest.mark.parametrize("recipe,expected", [("rotateattention-half", ["attn_ws_fwd", "_unrotate_kernel"]),
+                                             ("int4-baseline", ["attn_ws_fwd"])])
+def test_the_gluon_int4_kernel_and_its_unrotation_go_through_run(recipe, expected):
+    """With V rotated the Gluon kernel writes fp32 and a second launch undoes the rotation into the output: both
+    through `run` (the unrotation of a replayed call writes the replay's output)."""
+    from lowbit_video.kernels import gluon_ws, launch, modes, prepass
+
+    _, ops = _int4_operands_listed(recipe)
+    P = {**launch.OPERAND_DEFAULTS, "mode": modes.MODE_INT4, **ops, **launch._buffer_strides(ops, 2)}
+    out = torch.empty((1, 2, 200, 64), dtype=torch.bfloat16)
+    run = _Listing()
+    gluon_ws.launch(P, out, prepass._bhnd_strides(out, "BHND"), 2, 200, 200, 0.125, torch.zeros(1, dtype=torch.int32),
+                    run=run)
+    names = [getattr(fn, "fn", fn).__name__ for fn, *_ in run.launches]
+    assert names == expected
+    if len(names) == 2:
+        assert run.launches[1][2][2] is out  # (x, hv, out, ...): the call's output
+
+
 # ------------------------------------------------------------------------------------------------------ GPU
 
 
@@ -237,7 +286,7 @@ def replays(monkeypatch):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention", "mxfp4-ocp"])
+@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention", "mxfp4-ocp", "rotateattention-half", "int4-baseline"])
 @pytest.mark.parametrize("shape,layout", [((1, 3, 300, 260, 128), "BHND"), ((2, 2, 200, 333, 64), "BNHD")])
 @pytest.mark.parametrize("return_lse", [False, True])
 def test_replayed_calls_give_the_bits_of_whole_calls_on_gpu(replays, recipe, shape, layout, return_lse):
@@ -247,7 +296,7 @@ def test_replayed_calls_give_the_bits_of_whole_calls_on_gpu(replays, recipe, sha
     token 2^24 above the others, blocks the E4M3 fold cannot hold, so a replay's exact bf16 fallback runs too."""
     from lowbit_video.kernels.launch import KernelStats, attention, finalize_stats
 
-    mx = recipe != "sage2-int8"
+    mx = recipe.startswith("mx")
 
     def inputs(seed):
         q, k, v = (t.cuda() for t in make_qkv(*shape, outliers=seed == 2, seed=seed))
@@ -324,3 +373,16 @@ def test_an_mxfp4_call_whose_q_and_k_torch_casts_keeps_no_plan_on_gpu(replays):
     out = attention(q.float(), k, v, "mxattention")
     assert len(plans.PLANS) == 0
     assert torch.equal(out, attention(q.float(), k, v, "mxattention", stats=KernelStats()))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_an_int4_call_whose_v_torch_casts_keeps_no_plan_on_gpu(replays):
+    """float64 V: the INT4 pre-pass casts it in torch first, which a replay would not repeat, so the call declines
+    its plan (and still equals the whole call)."""
+    from lowbit_video.kernels.launch import KernelStats, attention
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 256, 256, 128, outliers=False, seed=8))
+    out = attention(q, k, v.double(), "rotateattention-half")
+    assert len(plans.PLANS) == 0
+    assert torch.equal(out, attention(q, k, v.double(), "rotateattention-half", stats=KernelStats()))
