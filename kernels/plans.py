@@ -37,9 +37,10 @@ from . import _launcher
 
 # sage2-int8's calls up to wan2.2-5b-720p keep theirs (wan1.3b-480p 149 MiB, an 8 ms call), the MXFP4 family's up
 # to cogvideox-5b and wan1.3b-480p (313 / 290 MiB: bf16-sized buffers, for the exact fallback; mxattention's GPU
-# waited 0.55 ms for the host in a 10.9 ms call at wan1.3b-480p, results/kernels-h200.md "Small shapes"); the 14B
-# and HunyuanVideo shapes (0.5–1.2 GB) keep none: half a millisecond of host time is at most 2 % of their 28–215 ms
-# calls
+# waited 0.55 ms for the host in a 10.9 ms call at wan1.3b-480p, results/kernels-h200.md "Small shapes"), the INT4
+# recipes' at the short shapes only (Q smoothing keeps K smoothed in fp32 and the ΔS table: at wan1.3b-480p those
+# alone are 192 + 384 MiB); the 14B and HunyuanVideo shapes (0.5–1.2 GB) keep none: half a millisecond of host time
+# is at most 2 % of their 28–215 ms calls
 WORKSPACE_BYTES = 384 << 20
 MAX_PLANS = 4  # a model calls attention at one or two shapes (self- and cross-attention)
 SLOTS = ("q", "k", "v", "out", "lse")  # the call's own tensors, replaced on replay
