@@ -111,6 +111,16 @@ def _k_offsets(b, h, n, d, spread, seed=7):
     return q, k, v
 
 
+def _ragged_groups(b, h, d, dtype=torch.bfloat16):
+    """138 keys: the second 128-key block holds 10 (every per-thread group, two of them with one token of their
+    pair, (n mod 8) div 2 = 0 and 1), K off zero, and its last token (group 0) 50 times the others' size: a scale
+    that took any key past the end, or another group's token, in place of a missing one would differ."""
+    q, k, v = make_qkv(b, h, 138, 138, d, outliers=False, seed=11, dtype=torch.float32)
+    k = k + 3.0
+    k[:, :, 137] *= 50.0
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
 def _k_per_thread_groups(k64, block=128):
     """sage2-int8's K codes and each token's scale by formats.intq, one scale per SageAttention2 per-thread group:
     in each `block` keys, those with equal (n mod 8) div 2."""
@@ -174,13 +184,15 @@ def test_sage_prepass_is_bit_exact_against_formats(dtype, head_dim):
     for spread in (40, 1):
         bad = _sage_prepass_vs_formats(*(t.cuda() for t in _k_offsets(2, 3, 300, head_dim, spread)))
         assert not any(bad.values()), (spread, bad)
+    bad = _sage_prepass_vs_formats(*(t.cuda() for t in _ragged_groups(2, 3, head_dim, dtype)))
+    assert not any(bad.values()), bad
 
 
 _SAGE_INTERP_SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     sys.path.insert(0, {tests!r})
-    from test_kernels_prepass import _int8_ties, _k_offsets, _sage_prepass_vs_formats, _tiny_scales
+    from test_kernels_prepass import _int8_ties, _k_offsets, _ragged_groups, _sage_prepass_vs_formats, _tiny_scales
     from kernel_helpers import make_qkv
     from lowbit_video.kernels import prepass
     res = {{}}
@@ -196,6 +208,7 @@ _SAGE_INTERP_SCRIPT = textwrap.dedent(
     res["tiny"] = _sage_prepass_vs_formats(*_tiny_scales(1, 2, 130, 200, 64))
     res["offset40"] = _sage_prepass_vs_formats(*_k_offsets(1, 2, 130, 64, 40))
     res["offset1"] = _sage_prepass_vs_formats(*_k_offsets(1, 2, 130, 64, 1))
+    res["ragged_groups"] = _sage_prepass_vs_formats(*_ragged_groups(1, 2, 64))
     # 2305 keys: ten 256-token chunks, more than the statistics kernel loads at once (a ragged second load)
     res["long"] = _sage_prepass_vs_formats(*make_qkv(1, 1, 2305, 2305, 64, outliers=True, seed=5,
                                                      dtype=torch.bfloat16))
