@@ -427,38 +427,23 @@ def _thread_group(rows):
 
 
 @triton.jit
-def _k_step_in_bounds(X, sx_b, sx_h, sx_n, sx_d, H, N, first, start, pid_bh, D: tl.constexpr, ROWS: tl.constexpr):
-    """Rows start .. +ROWS of key block `first` as a (ROWS, D) tile, a row past N replaced by its per-thread group's
-    first row of the block, or by row N − 1 where that is past N too (see `_k_group_maxima`)."""
-    rows = start + tl.arange(0, ROWS)
-    rows = tl.where(rows < N, rows, tl.minimum(first + (rows % 8) // 2 * 2, N - 1))
-    return tl.load(X + (pid_bh // H) * sx_b + (pid_bh % H) * sx_h + rows[:, None] * sx_n
-                   + tl.arange(0, D)[None, :] * sx_d).to(tl.float32)  # exact for 16-bit and fp32 K
-
-
-@triton.jit
 def _k_group_maxima(X, MEAN, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk, pid_bh, D: tl.constexpr, ROWS: tl.constexpr):
     """The fp64 |max| of K − mean over each of the 4 per-thread groups of the TILE-token block pid_blk (tokens past
-    N left out), as 4 scalars. fl64 rounding is monotone, so a channel's largest |fl64(x − mean)| over a group is
-    fl64(max − mean) or fl64(mean − min): the block's steps keep each (row mod ROWS, channel)'s max and min in fp32
-    (ROWS a multiple of 8, so a row of the step tile stays in one group), and the fp64 work is once per block.
-    A token past N reads its group's first token of the block instead (N − 1 where the group has none, whose scale
-    the codes do not use): no mask per element."""
-    cols = tl.arange(0, D)
-    first = pid_blk * KEY_BLOCK
-    hi = _k_step_in_bounds(X, sx_b, sx_h, sx_n, sx_d, H, N, first, first, pid_bh, D, ROWS)
-    lo = hi
-    for c in range(1, KEY_BLOCK // ROWS):
-        x = _k_step_in_bounds(X, sx_b, sx_h, sx_n, sx_d, H, N, first, first + c * ROWS, pid_bh, D, ROWS)
-        hi = tl.maximum(hi, x)
-        lo = tl.minimum(lo, x)
-    hi = tl.max(tl.max(tl.reshape(hi, [ROWS // 8, 4, 2, D]), axis=0), axis=1).to(tl.float64)
-    lo = tl.min(tl.min(tl.reshape(lo, [ROWS // 8, 4, 2, D]), axis=0), axis=1).to(tl.float64)
-    m = tl.load(MEAN + pid_bh * D + cols)[None, :]
-    amax = tl.max(tl.maximum(hi - m, m - lo), axis=1)  # (4,), each >= 0
-    t = tl.arange(0, 4)
-    return (tl.max(tl.where(t == 0, amax, 0.0), axis=0), tl.max(tl.where(t == 1, amax, 0.0), axis=0),
-            tl.max(tl.where(t == 2, amax, 0.0), axis=0), tl.max(tl.where(t == 3, amax, 0.0), axis=0))
+    N left out), as 4 scalars."""
+    a0 = tl.zeros((), tl.float64)
+    a1 = tl.zeros((), tl.float64)
+    a2 = tl.zeros((), tl.float64)
+    a3 = tl.zeros((), tl.float64)
+    for c in range(KEY_BLOCK // ROWS):
+        x, rows, cols = _token_tile(X, sx_b, sx_h, sx_n, sx_d, H, N, pid_blk * (KEY_BLOCK // ROWS) + c, pid_bh, ROWS, D)
+        x64 = x.to(tl.float64) - tl.load(MEAN + pid_bh * D + cols)[None, :]
+        amax = tl.where(rows < N, tl.abs(tl.reduce(x64, 1, _absmax)), 0.0)
+        t = _thread_group(rows)
+        a0 = tl.maximum(a0, tl.max(tl.where(t == 0, amax, 0.0), axis=0))
+        a1 = tl.maximum(a1, tl.max(tl.where(t == 1, amax, 0.0), axis=0))
+        a2 = tl.maximum(a2, tl.max(tl.where(t == 2, amax, 0.0), axis=0))
+        a3 = tl.maximum(a3, tl.max(tl.where(t == 3, amax, 0.0), axis=0))
+    return a0, a1, a2, a3
 
 
 @triton.jit
