@@ -170,6 +170,14 @@ class Plans:
 PLANS = Plans()
 
 
+def decline(run) -> None:
+    """Keep no plan of the call whose launches `run` issues, where that call is being recorded (a `Recorder`; a
+    plain launcher has nothing to keep): for a pre-pass that did work outside its launches, a torch cast, which a
+    replay would not repeat."""
+    if isinstance(run, Recorder):
+        run.decline()
+
+
 def clear() -> None:
     """Drop every call plan of this process and the buffers they keep (`torch.cuda.empty_cache` can then return
     that memory)."""

@@ -275,8 +275,7 @@ def mx_prepass(q: torch.Tensor | None, k: torch.Tensor | None, v: torch.Tensor, 
     BH = B * H
     dev = x.device
     if _needs_cast(q, k):
-        if isinstance(run, plans.Recorder):
-            run.decline()
+        plans.decline(run)
         q, k = q.float() if q is not None else None, k.float() if k is not None else None
     fp8 = next((o.dtype == torch.float8_e4m3fn for o in (qo, ko) if o is not None), False)
     nq_t = triton.cdiv(Nq, TILE) if q is not None else 0
@@ -788,11 +787,9 @@ def _int4_v(v, layout, rotate: bool, B, H, Nk, D, pad_k, run=_launcher.launch):
     dev = v.device
     n_tiles = pad_k // TILE
     x32 = v.dtype not in _HALF
-    if v.dtype in _HALF or v.dtype == torch.float32:
-        x = v
-    else:
-        if isinstance(run, plans.Recorder):
-            run.decline()
+    x = v
+    if v.dtype not in _HALF and v.dtype != torch.float32:
+        plans.decline(run)
         x = v.float()
     hm = _sylvester_pm1(D, torch.float32, dev)
     strides = _bhnd_strides(x, layout)
@@ -927,8 +924,10 @@ def delta_s_table(qm: torch.Tensor, kf: torch.Tensor, run=_launcher.launch) -> t
     out = torch.empty((bh, G, n_pad), device=qm.device, dtype=torch.float32)
     # 64 keys × 64 q groups per MMA, 4 warps, 2 stages: the fastest of 32 tilings at wan-720p (6.1 ms; 10.65 with
     # 128 keys and 8 warps; the same bits)
-    run(_delta_s_kernel, (n_pad // 64, bh), qm.contiguous(), kf.contiguous(), out, G, n_pad, D=D, TK=64, GB=64,
-        num_warps=4, num_stages=2)
+    if not qm.is_contiguous() or not kf.is_contiguous():
+        # (a copy made here would be a torch op outside `run`, which a replayed call plan would not repeat)
+        raise ValueError("delta_s_table: qm and kf contiguous")
+    run(_delta_s_kernel, (n_pad // 64, bh), qm, kf, out, G, n_pad, D=D, TK=64, GB=64, num_warps=4, num_stages=2)
     return out
 
 

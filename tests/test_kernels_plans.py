@@ -148,6 +148,13 @@ def test_a_declined_call_keeps_no_plan(no_gpu):
     assert rec.plan("spec", q, k, v, out, lse) is None
 
 
+def test_decline_reaches_a_recorder_and_leaves_a_plain_launcher_alone():
+    rec = plans.Recorder()
+    plans.decline(rec)
+    assert rec.declined
+    plans.decline(_launcher.launch)  # a call not being recorded: nothing to keep, nothing to do
+
+
 class _Listing(plans.Recorder):
     """A recorder that lists the launches it is handed and runs none (CPU tensors, no Triton launch)."""
 

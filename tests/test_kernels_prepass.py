@@ -473,6 +473,16 @@ def _check_delta_s(res):
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
 @interpreter_kernels
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+def test_delta_s_table_takes_contiguous_operands_only():
+    """A copy made inside would be a torch op no call plan replays: a strided operand is a one-line error."""
+    from lowbit_video.kernels import prepass
+
+    qm, kf = torch.zeros(2, 64, 4), torch.zeros(2, 64, 4)
+    with pytest.raises(ValueError, match="contiguous"):
+        prepass.delta_s_table(qm.transpose(1, 2).contiguous().transpose(1, 2), kf)
+
+
 def test_delta_s_table_is_fp32_accurate_under_triton_interpreter():
     script = (f"import json, sys; sys.path.insert(0, {str(REPO / 'tests')!r}); "
               "from test_kernels_prepass import _delta_s_accuracy; print(json.dumps(_delta_s_accuracy('cpu')))")
