@@ -28,6 +28,7 @@ import io
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import UserError
 from .runstore import atomic_path, atomic_write_bytes
 
 MP4_MIN_SIDE = 256          # small frames are upscaled (integer factor) until the short side reaches this
@@ -88,12 +90,30 @@ def mp4_scale(height: int, width: int, min_side: int = MP4_MIN_SIDE) -> int:
 # ------------------------------------------------------------------------------------------ mp4
 
 
+def ffmpeg_exe() -> str:
+    """The ffmpeg binary `write_mp4` and `read_mp4` run: IMAGEIO_FFMPEG_EXE, else the one inside the imageio-ffmpeg
+    wheel, else a system one. A one-line UserError when there is none, so that a command that will write mp4s can
+    ask before it starts work rather than fail at its first video."""
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        raise UserError("mp4 files need the imageio-ffmpeg package: pip install imageio-ffmpeg") from None
+    try:
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+    except RuntimeError:
+        raise UserError("no ffmpeg binary for mp4 files: imageio-ffmpeg's own is missing or not executable and "
+                        "none is installed (reinstall imageio-ffmpeg, or set IMAGEIO_FFMPEG_EXE)") from None
+    found = shutil.which(exe)  # IMAGEIO_FFMPEG_EXE is taken as given by imageio-ffmpeg: a name on PATH or a path
+    if found is None:
+        raise UserError(f"IMAGEIO_FFMPEG_EXE names {exe!r}, which is not an executable file")
+    return found
+
+
 def write_mp4(frames: np.ndarray, path: str | Path, fps: int = 8, *, crf: int = 16,
               min_side: int = MP4_MIN_SIDE) -> dict:
     """Write uint8/float frames (T, H, W, 3) as H.264 yuv420p mp4 at `fps`, upscaled by
     `mp4_scale(H, W)` (nearest). Atomic. Returns {"fps", "scale", "width", "height", "frames", "codec"}."""
-    import imageio_ffmpeg
-
+    exe = ffmpeg_exe()
     u8 = _check(frames)
     T, H, W, _ = u8.shape
     k = mp4_scale(H, W, min_side)
@@ -101,7 +121,7 @@ def write_mp4(frames: np.ndarray, path: str | Path, fps: int = 8, *, crf: int = 
     path = Path(path)
     # ffmpeg run here rather than through imageio_ffmpeg.write_frames, which never looks at ffmpeg's
     # exit status: a full disk would leave a truncated mp4 under the final name, silently
-    cmd = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-f", "rawvideo", "-vcodec", "rawvideo", "-s", f"{W * k}x{H * k}",
+    cmd = [exe, "-y", "-f", "rawvideo", "-vcodec", "rawvideo", "-s", f"{W * k}x{H * k}",
            "-pix_fmt", "rgb24", "-r", str(fps), "-i", "-", "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p",
            "-v", "error", "-crf", str(crf), "-preset", "medium", "-f", "mp4"]
     with atomic_path(path) as tmp:
@@ -134,6 +154,7 @@ def read_mp4(path: str | Path, *, downscale: int = 1) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    ffmpeg_exe()
     gen = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
     meta = next(gen)
     w, h = meta["size"]
@@ -238,6 +259,6 @@ def read_frames_npz(path: str | Path) -> np.ndarray:
 
 
 __all__ = [
-    "frames_sha256", "mp4_scale", "read_frame_strip", "read_frames_npz", "read_mp4", "strip_is_complete",
-    "strip_layout", "to_uint8", "upscale", "write_frame_strip", "write_frames_npz", "write_mp4",
+    "ffmpeg_exe", "frames_sha256", "mp4_scale", "read_frame_strip", "read_frames_npz", "read_mp4",
+    "strip_is_complete", "strip_layout", "to_uint8", "upscale", "write_frame_strip", "write_frames_npz", "write_mp4",
 ]

@@ -354,6 +354,36 @@ def test_sigint_in_a_real_process(tmp_path):
 # ------------------------------------------------------------------------------ refused inputs
 
 
+def test_generate_without_ffmpeg_stops_before_loading_the_model(fake, tmp_path, monkeypatch):
+    # imageio-ffmpeg takes IMAGEIO_FFMPEG_EXE as given; a name that is no executable must not cost a whole run
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(tmp_path / "no-ffmpeg"))
+    res = invoke("generate", "--prompt", P, "--out", tmp_path / "o")
+    assert "IMAGEIO_FFMPEG_EXE" in one_line(res, 2) and "no-ffmpeg" in res.stderr
+    assert fake.loads == 0 and not (tmp_path / "o").exists()
+
+
+def test_generate_without_imageio_ffmpeg_stops_before_loading_the_model(fake, tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_imageio_ffmpeg(name, *args, **kwargs):
+        if name == "imageio_ffmpeg":
+            raise ImportError("No module named 'imageio_ffmpeg'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_imageio_ffmpeg)
+    res = invoke("generate", "--prompt", P, "--out", tmp_path / "o")
+    assert "pip install imageio-ffmpeg" in one_line(res, 2)
+    assert fake.loads == 0 and not (tmp_path / "o").exists()
+
+
+def test_a_complete_grid_needs_no_ffmpeg(fake, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    assert invoke("generate", "--prompt", P, "--out", out).exit_code == 0
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(tmp_path / "no-ffmpeg"))
+    res = invoke("generate", "--prompt", P, "--out", out)
+    assert res.exit_code == 0, res.stderr
+
+
 def test_a_huge_prompt_with_an_unknown_word_is_named_in_a_short_line(tmp_path):
     prompt = "a red circle moving left on a black background " * 200 + "a zorbly square static on a gray background"
     prompt += " " + "x" * (20_000 - len(prompt) - 1)
