@@ -119,7 +119,7 @@ def e2e_table(rows: list) -> str:
 
 def e2e_breakdown_table(rows: list) -> str:
     """GPU time of one forward by kind of kernel (`bench e2e --breakdown`), one column per row that has it ("" when
-    none has)."""
+    none has), with the span of that forward's GPU work and the time the GPU sat idle in it where a row has them."""
     rows = [r for r in rows if r.get("gpu_ms_by_kind")]
     if not rows:
         return ""
@@ -133,6 +133,10 @@ def e2e_breakdown_table(rows: list) -> str:
             f"{r['gpu_ms_by_kind'][kind]['ms']:.2f}" if kind in r["gpu_ms_by_kind"] else "—" for r in rows) + " |")
     lines.append("| total (kernels) | " + " | ".join(
         f"{sum(k['ms'] for k in r['gpu_ms_by_kind'].values()):.2f}" for r in rows) + " |")
+    if any("gpu_span_ms" in r for r in rows):
+        cell = lambda r, key: f"{r[key]:.2f}" if key in r else "—"  # noqa: E731
+        lines.append("| GPU work, first start to last end | " + " | ".join(cell(r, "gpu_span_ms") for r in rows) + " |")
+        lines.append("| GPU idle within it | " + " | ".join(cell(r, "gpu_idle_ms") for r in rows) + " |")
     lines.append("| forward, CUDA events (median) | " + " | ".join(f"{r['ms']:.2f}" for r in rows) + " |")
     return "\n".join(lines)
 

@@ -206,6 +206,10 @@ def test_e2e_breakdown_table_sums_each_forwards_kinds():
         "| quantized attention | — | 4.00 |", "| SDPA | 6.00 | 0.25 |", "| GEMM | 3.50 | 3.25 |",
         "| total (kernels) | 9.50 | 7.50 |", "| forward, CUDA events (median) | 10.00 | 8.00 |"]
     assert tables.e2e_breakdown_table(rows[2:]) == ""
+    rows[1].update(gpu_span_ms=7.75, gpu_idle_ms=0.25)  # the span and idle time, where the row has them
+    assert tables.e2e_breakdown_table(rows).splitlines()[-3:] == [
+        "| GPU work, first start to last end | — | 7.75 |", "| GPU idle within it | — | 0.25 |",
+        "| forward, CUDA events (median) | 10.00 | 8.00 |"]
 
 
 def test_results_tables_lay_out_the_committed_json():

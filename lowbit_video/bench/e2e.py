@@ -14,7 +14,8 @@ the recipe's precision policy at a mid-schedule step); dense attention inside a 
 `compiled`: the blocks compiled as `generate --compile` compiles them (models/regional_compile.py: regional,
 fullgraph, Inductor; the baseline too, each recipe traced afresh), so the norms, RoPE and elementwise work around
 the attention calls is fused for every row alike. `breakdown`: one more forward under torch.profiler, its GPU time
-summed by kind of kernel (`kernel_kind`): where a recipe's forward gains and what it leaves.
+summed by kind of kernel (`kernel_kind`): where a recipe's forward gains and what it leaves; and the span of its GPU
+work with the time the GPU sat idle in it (waiting for the host's launches), which the kinds' sum does not show.
 
 Token counts (81 frames -> 21 latent frames): 480p (832x480, latent 104x60) 21x30x52 = 32760;
 720p (1280x720, latent 160x90) 21x45x80 = 75600. Text: 512 tokens.
@@ -108,9 +109,17 @@ def kernel_kind(name: str, ours: frozenset) -> str:
     return KINDS[5]
 
 
-def gpu_time_by_kind(fn) -> dict:
-    """{kind: {"ms", "kernels"}} of one call of `fn` under torch.profiler (CUDA activity): each kernel's GPU time,
-    summed by `kernel_kind`, in KINDS order, kinds with no kernel left out."""
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # the chrome trace's categories of work on the GPU
+
+
+def profile_forward(fn) -> tuple[dict, dict]:
+    """One call of `fn` under torch.profiler (CUDA activity): ({kind: {"ms", "kernels"}}, each kernel's GPU time
+    summed by `kernel_kind`, in KINDS order, kinds with no kernel left out; `gpu_busy` of its GPU work, read from
+    the profiler's chrome trace)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -126,7 +135,37 @@ def gpu_time_by_kind(fn) -> dict:
             t = total[kernel_kind(e.key, ours)]
             t[0] += us / 1e3
             t[1] += e.count
-    return {kind: {"ms": round(ms, 2), "kernels": n} for kind, (ms, n) in total.items() if n}
+    kinds = {kind: {"ms": round(ms, 2), "kernels": n} for kind, (ms, n) in total.items() if n}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        timeline = gpu_busy(gpu_intervals(json.loads(trace.read_text())))
+    return kinds, timeline
+
+
+def gpu_intervals(trace: dict) -> list[tuple[float, float]]:
+    """(start, end) in µs of every piece of GPU work (kernels, copies, memsets) in a chrome trace."""
+    return [(e["ts"], e["ts"] + e["dur"]) for e in trace.get("traceEvents", [])
+            if e.get("ph") == "X" and e.get("cat") in GPU_WORK]
+
+
+def gpu_busy(intervals) -> dict:
+    """{"span_ms", "idle_ms"} of GPU work given as (start, end) µs intervals: from the first start to the last end,
+    and the part of that no interval covers, the GPU waiting (for the host's launches, or a synchronisation).
+    Overlapping intervals (several streams) count once. {} without any."""
+    spans = sorted(intervals)
+    if not spans:
+        return {}
+    busy, (start, end) = 0.0, spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            busy += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    busy += end - start
+    span = end - spans[0][0]
+    return {"span_ms": round(span / 1e3, 2), "idle_ms": round((span - busy) / 1e3, 2)}
 
 
 def _time(fn, *, warmup: int, reps: int) -> list[float]:
@@ -148,7 +187,8 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
               blocks: int | None = None, reps: int = 3, warmup: int = 1, seed: int = 0, compiled: bool = False,
               breakdown: bool = False, log=print) -> list[dict]:
     """Rows {model, resolution, recipe, tokens, blocks, params, ms, ms_all, x_cudnn, attention_calls}, with
-    `compiled` (True) when compiled and `gpu_ms_by_kind` (`gpu_time_by_kind`) under `breakdown`; `model` a name of
+    `compiled` (True) when compiled and, under `breakdown`, `gpu_ms_by_kind`, `gpu_span_ms` and `gpu_idle_ms`
+    (`profile_forward`); `model` a name of
     MODELS, `blocks` default all of its blocks. Compiled rows count no attention calls (the compiled blocks' hooks
     run inside the graph)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -178,7 +218,7 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
             with torch.inference_mode(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION), installed as handle:
                 times = _time(lambda: model(**inp), warmup=warmup, reps=reps)
                 calls = None if handle is None else {k: handle.calls[k] for k in ("quantized", "high", "fallback")}
-                kinds = gpu_time_by_kind(lambda: model(**inp)) if breakdown else None
+                kinds, timeline = profile_forward(lambda: model(**inp)) if breakdown else (None, {})
             ms = statistics.median(times)
             if recipe == BASELINE:
                 base = ms
@@ -189,9 +229,14 @@ def bench_e2e(resolutions=("480p",), recipes=("sage2-int8", "mxattention"), *, m
                 row["compiled"] = True
             if kinds is not None:
                 row["gpu_ms_by_kind"] = kinds
+            if timeline:
+                row["gpu_span_ms"], row["gpu_idle_ms"] = timeline["span_ms"], timeline["idle_ms"]
             rows.append(row)
             log(f"e2e {name} {res} {recipe}{' (compiled)' if compiled else ''}: {ms:.1f} ms ({base / ms:.3f}x cuDNN) "
                 f"calls={row['attention_calls']}")
             for kind, k in (kinds or {}).items():
                 log(f"    {kind:42s} {k['ms']:9.2f} ms  {k['kernels']:5d} kernels")
+            if timeline:
+                log(f"    GPU work from first start to last end {timeline['span_ms']:9.2f} ms, "
+                    f"idle in it {timeline['idle_ms']:.2f} ms")
     return rows

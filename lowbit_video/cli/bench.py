@@ -183,7 +183,8 @@ def register(app: typer.Typer) -> None:
                                       "does (regional torch.compile; the baseline too)."),
         breakdown: bool = typer.Option(False, "--breakdown", help="Also profile one forward per row and report its "
                                        "GPU time by kind of kernel (quantized attention, pre-pass, SDPA, GEMM, "
-                                       "Inductor's fused kernels, other)."),
+                                       "Inductor's fused kernels, other), the span of its GPU work and the time the "
+                                       "GPU sat idle in it."),
         as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
     ) -> None:
         """One Wan2.1-14B- or 1.3B-shaped DiT forward per recipe vs the same forward on SDPA cuDNN (bf16)."""
