@@ -610,16 +610,14 @@ def _prune_empty(runs: list[Run], out: str | os.PathLike, out_existed: bool) -> 
 def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any, spec: "distributed.ShardSpec",
                    cp_degree: int | None) -> dict:
     device = distributed.device_for(cfg.device, spec)
-    # Context parallel: every rank runs every run (one shard); rank 0 writes.
-    work_shard = distributed.ShardSpec() if cp_degree else spec
-    writer = spec.is_main if cp_degree else True
-    if writer and any(cfg.overwrite or not runstore.is_complete(r.dir) for r in res.runs):
-        video_io.ffmpeg_exe()  # before any model loads: without ffmpeg the first run would fail at its mp4
     load_s, loaded_early = 0.0, False
     if unsettled(res):  # a pipeline folder whose defaults its components give: load it to plan (and to skip)
         loaded_early = model is None
         model, load_s = _load(model, res, cfg, device, Reporter())  # progress starts once the grid is planned
         settle_from_model(res, model)
+    # Context parallel: every rank runs every run (one shard); rank 0 writes.
+    work_shard = distributed.ShardSpec() if cp_degree else spec
+    writer = spec.is_main if cp_degree else True
     mine = {id(r) for r in distributed.shard_runs(res.runs, work_shard)}
     todo: list[Run] = []
     for run in res.runs:
@@ -640,6 +638,8 @@ def _generate_grid(cfg: GenerateConfig, res: Resolved, rep: Reporter, model: Any
     rep.planned([r for r in res.runs if id(r) in mine], len(todo))
 
     if todo:
+        # every rank, so that none goes on alone: without ffmpeg the first run would fail at its mp4, after sampling
+        video_io.ffmpeg_exe()
         if model is None:
             model, load_s = _load(model, res, cfg, device, rep)
         elif loaded_early:

@@ -149,12 +149,12 @@ def _ffmpeg_error(done: subprocess.CompletedProcess, path: Path) -> OSError:
 def read_mp4(path: str | Path, *, downscale: int = 1) -> np.ndarray:
     """Decode an mp4 to uint8 (T, H, W, 3); `downscale` k > 1 undoes `write_mp4`'s nearest upscale by
     taking the centre pixel of each k x k cell (the values are H.264-decoded, not the originals)."""
-    import imageio_ffmpeg
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    ffmpeg_exe()
+    ffmpeg_exe()  # first: a missing package or binary is a one-line error, not an ImportError
+    import imageio_ffmpeg
+
     gen = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
     meta = next(gen)
     w, h = meta["size"]

@@ -3,7 +3,7 @@ the ones torch.profiler gave a compiled Wan2.1-1.3B forward on an H100 (torch 2.
 
 import pytest
 
-from lowbit_video.bench.e2e import KINDS, gpu_busy, gpu_intervals, kernel_kind, project_kernel_names
+from lowbit_video.bench.e2e import KINDS, gpu_busy, gpu_work, kernel_kind, project_kernel_names
 
 
 def test_this_packages_kernels_are_found_by_name():
@@ -54,7 +54,7 @@ def test_gpu_work_is_read_from_the_chrome_trace():
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 90.0, "dur": 8.0},  # the host's
         {"ph": "f", "cat": "ac2g", "name": "flow", "ts": 100.0},
     ]}
-    assert gpu_intervals(trace) == [(100.0, 150.0), (160.0, 162.0), (170.0, 175.0)]
+    assert gpu_work(trace) == [("attn_ws_fwd", 100.0, 150.0), ("Memset", 160.0, 162.0), ("Memcpy HtoD", 170.0, 175.0)]
 
 
 @pytest.mark.gpu

@@ -113,9 +113,9 @@ GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # the chrome trace's categori
 
 
 def profile_forward(fn) -> tuple[dict, dict]:
-    """One call of `fn` under torch.profiler (CUDA activity): ({kind: {"ms", "kernels"}}, each kernel's GPU time
-    summed by `kernel_kind`, in KINDS order, kinds with no kernel left out; `gpu_busy` of its GPU work, read from
-    the profiler's chrome trace)."""
+    """One call of `fn` under torch.profiler (CUDA activity), read from its chrome trace: ({kind: {"ms", "kernels"}},
+    the GPU work's time summed by `kernel_kind`, in KINDS order, kinds with no kernel left out; `gpu_busy` of that
+    work)."""
     import json
     import tempfile
     from pathlib import Path
@@ -125,27 +125,23 @@ def profile_forward(fn) -> tuple[dict, dict]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        work = gpu_work(json.loads(path.read_text()))
     ours = project_kernel_names()
     total = {kind: [0.0, 0] for kind in KINDS}
-    for e in prof.key_averages():
-        us = getattr(e, "self_device_time_total", None)
-        if us is None:  # torch before 2.4 named it for CUDA
-            us = e.self_cuda_time_total
-        if us > 0:
-            t = total[kernel_kind(e.key, ours)]
-            t[0] += us / 1e3
-            t[1] += e.count
+    for name, start, end in work:
+        t = total[kernel_kind(name, ours)]
+        t[0] += (end - start) / 1e3
+        t[1] += 1
     kinds = {kind: {"ms": round(ms, 2), "kernels": n} for kind, (ms, n) in total.items() if n}
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        timeline = gpu_busy(gpu_intervals(json.loads(trace.read_text())))
-    return kinds, timeline
+    return kinds, gpu_busy([(start, end) for _, start, end in work])
 
 
-def gpu_intervals(trace: dict) -> list[tuple[float, float]]:
-    """(start, end) in µs of every piece of GPU work (kernels, copies, memsets) in a chrome trace."""
-    return [(e["ts"], e["ts"] + e["dur"]) for e in trace.get("traceEvents", [])
+def gpu_work(trace: dict) -> list[tuple[str, float, float]]:
+    """(name, start, end), times in µs, of every piece of GPU work (kernels, copies, memsets) in a chrome trace."""
+    return [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in trace.get("traceEvents", [])
             if e.get("ph") == "X" and e.get("cat") in GPU_WORK]
 
 
