@@ -2,11 +2,11 @@
 
 Separate processes on the H200 machine differ by 2-5 % in kernel time (results/kernels-h200.md), more than most
 kernel changes, so a change is judged here: every variant runs on the same tensors, each round times every variant
-in turn, and the medians over the rounds are compared with the first variant's. By default the kernel alone is
-timed, on the variant's pre-pass operands (calls issued back to back behind a head start of the GPU, so that no
-host time counts); with `--call`, the whole call `kernels.launch.attention` (pre-pass and kernel), from an idle
-GPU (its host work counts, as at short sequences) and back to back ("queued"). Each variant's output is also
-compared with the first's, bit for bit.
+in turn (each round starting one variant later), and the medians over the rounds are compared with the first
+variant's. By default the kernel alone is timed, on the variant's pre-pass operands (calls issued back to back
+behind a head start of the GPU, so that no host time counts); with `--call`, the whole call
+`kernels.launch.attention` (pre-pass and kernel), from an idle GPU (its host work counts, as at short sequences) and
+back to back ("queued"). Each variant's output is also compared with the first's, bit for bit.
 
 A variant is `default` (this checkout's kernels and settings), kernel settings `KEY=VALUE[+KEY=VALUE...]` (as
 `lowbit-video bench kernels --config`), or other versions of the kernel and pre-pass modules in front of them:
@@ -172,8 +172,11 @@ def run(shapes, recipes, variants, rounds: int, reps: int, seed: int = 0, call: 
                     outputs.append(fn().clone())  # compiles the variant
                 fns.append(fn)
             times = [{} for _ in variants]
-            for _ in range(rounds):
-                for i, var in enumerate(variants):
+            for r in range(rounds):
+                # each round starts one variant later: a variant timed right after a long one runs on a hotter
+                # GPU, and a fixed order would charge that to the same variant every round
+                for i in [(r + j) % len(variants) for j in range(len(variants))]:
+                    var = variants[i]
                     with variant_modules(modules[var.path], prepasses[var.prepass]):
                         if call:
                             times[i].setdefault("idle", []).append(

@@ -170,11 +170,11 @@ def compile_gluon(mode: int, over: dict):
                        else _descriptor_type([128, D], lay([128, D], qk), tq)),
            "ds_desc": (_descriptor_type([1, 128], KS_LAYOUT, "torch.float32") if mode == 3 and const["SMQ"] == 2
                        else _descriptor_type([128, D], lay([128, D], qk), tq)),
-           "BAD": "*i32", "LSE": "*fp32", "c": "fp32", "P_SHIFT": "fp32"}
+           "BAD": "*i32", "LSE": "*fp32", "TR": "*i64", "c": "fp32", "P_SHIFT": "fp32"}
     names = attn_ws_fwd.arg_names
     for n in names:
         sig.setdefault(n, "constexpr" if n in const else "i32")
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("QS", "KS", "VS", "O", "so_b", "so_h") if n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("QS", "KS", "VS", "O") if n in names}
     src = GluonASTSource(fn=attn_ws_fwd, signature={n: sig[n] for n in names},
                          constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

@@ -134,9 +134,10 @@ class Consts:
     SMQ: gl.constexpr
     WORK_LOOP: gl.constexpr
     WRITE_LSE: gl.constexpr
+    TRACE: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE):
+    def __init__(self, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE, TRACE):
         self.WG = gl.constexpr(WG)
         self.MODE = gl.constexpr(MODE)
         self.RULE = gl.constexpr(RULE)
@@ -149,17 +150,18 @@ class Consts:
         self.SMQ = gl.constexpr(SMQ)
         self.WORK_LOOP = gl.constexpr(WORK_LOOP)
         self.WRITE_LSE = gl.constexpr(WRITE_LSE)
+        self.TRACE = gl.constexpr(TRACE)
 
 
 @gluon.jit
 def _consumer_partition(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE,
-                        sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c,
+                        TR, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c,
                         P_SHIFT, consts):
     """One consumer warpgroup as a partition: `_consumer` with the constants unpacked."""
-    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh,
-              svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, consts.WG,
+    _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, TR, sqs_bh,
+              sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, consts.WG,
               consts.MODE, consts.RULE, consts.FLQ, consts.QMAX, consts.PNQ, consts.DEFER, consts.EARLY,
-              consts.PLEV, consts.SMQ, consts.WORK_LOOP, consts.WRITE_LSE)
+              consts.PLEV, consts.SMQ, consts.WORK_LOOP, consts.WRITE_LSE, consts.TRACE)
 
 
 @gluon.jit
@@ -458,6 +460,34 @@ def _load_q(q_desc, qbar, qw, w, n_m, q_rows_bh, NWG: gl.constexpr, WG: gl.const
                                     qbar.index(WG), qw, pred=pred)
 
 
+TRACE_SLOTS = 8  # int64 slots per (work tile, warpgroup) of a traced launch (`_trace_point`)
+
+
+@gluon.jit
+def _trace_point(TR, w, rows, WG: gl.constexpr, NWG: gl.constexpr, POINT: gl.constexpr):
+    """Timeline instrumentation (TRACE launches only; compiled out otherwise): this warpgroup's SM clock at
+    point POINT of work tile w, into TR[(w·NWG + WG)·8 + slot], written by the thread holding row 0 of `rows`
+    (a 64-row tensor of the warpgroup). Points: 0 the work tile's start (also its SM id into slot 0 and the
+    global timer into slot 1; the clock into slot 2), 1 its first QKᵀ waited for (slot 3), 2 its key loop done
+    (slot 4), 3 its output stored (slot 5; the global timer into slot 6). The clock (%clock64) counts this SM's
+    cycles, exact within one SM; the global timer (%globaltimer, ns) lines SMs up."""
+    base = TR + (w.to(gl.int64) * NWG + WG) * 8
+    first = rows == gl.min(rows, axis=0)
+    clock = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [rows], dtype=gl.int64, is_pure=False,
+                                      pack=1)
+    if POINT == 0:
+        sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [rows], dtype=gl.int32, is_pure=False, pack=1)
+        gl.store(base + rows * 0, sm.to(gl.int64), mask=first)
+        gtime = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [rows], dtype=gl.int64,
+                                          is_pure=False, pack=1)
+        gl.store(base + 1 + rows * 0, gtime, mask=first)
+    gl.store(base + (2 + POINT) + rows * 0, clock, mask=first)
+    if POINT == 3:
+        gtime = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [rows], dtype=gl.int64,
+                                          is_pure=False, pack=1)
+        gl.store(base + 6 + rows * 0, gtime, mask=first)
+
+
 @gluon.constexpr_function
 def acc_layout(N, K=32):
     """A 64×N wgmma accumulator's register layout (one warpgroup: the logits for N = BLOCK_N, Õ for N = D) for
@@ -467,10 +497,11 @@ def acc_layout(N, K=32):
 
 @gluon.jit
 def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD,
-               LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, zero_s,
-               zero_o, offs_n0, offs_d, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
+               LSE, TR, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
+               zero_s, zero_o, offs_n0, offs_d, WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr,
                FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr,
-               PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr, WRITE_LSE: gl.constexpr):
+               PLEV: gl.constexpr, SMQ: gl.constexpr, WORK_LOOP: gl.constexpr, WRITE_LSE: gl.constexpr,
+               TRACE: gl.constexpr):
     """Work tile w (query tile w % n_m of b·h w // n_m), the program's i-th: this warpgroup's 64 rows against
     every key tile, then its output. The ring's count starts at i·n_tiles. WORK_LOOP: more may follow, so the
     next one's Q load is issued before the epilogue."""
@@ -489,6 +520,8 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     qs_base = QS + bh.to(gl.int64) * sqs_bh
     ks_base = KS + bh.to(gl.int64) * sks_bh
     offs_m = m0 + WG * 64 + gl.arange(0, 64, row_s)
+    if TRACE:
+        _trace_point(TR, w, offs_m, WG, NWG, 0)
     if MODE == 2:
         c_row = gl.load(qs_base + offs_m, mask=offs_m < n_q, other=0.0) * c  # q scale · sm_scale·log2 e
     elif MODE == 3:
@@ -516,6 +549,8 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     s_tok = warpgroup_mma(qw, k_s.index(g0 % k_s.shape[0]).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)
     s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+    if TRACE:
+        _trace_point(TR, w, offs_m, WG, NWG, 1)
     # every tile but the last is whole and has a next one; the last is masked (keys past n_kv dropped: a no-op
     # on a whole tile, whose rows all have keys)
     for j in range(n_tiles - 1):
@@ -527,6 +562,8 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
         n_tiles - 1, g0 + n_tiles - 1, s_cur, acc, m_i, l_i, t_i, n_bad, ks_next, c_row, qw, k_s, v_s, kready,
         vready, empty, ks_s, ds_s, ks_base, offs_n0, n_kv, n_tiles, P_SHIFT, c, zero_s, zero_o,
         p_layout, col_s, row_o, True, False, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ)
+    if TRACE:
+        _trace_point(TR, w, offs_m, WG, NWG, 2)
     if WORK_LOOP:
         # Q's buffer is free (this tile's QKᵀ are all waited for): the next work tile's Q, under the epilogue
         wn = w + nprog
@@ -552,14 +589,16 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
         else:
             lse = row_lse(m_i, l_i, P_SHIFT)  # ℓ counts P̃·2^P_SHIFT
         gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
+    if TRACE:
+        _trace_point(TR, w, offs_m, WG, NWG, 3)
 
 
 @gluon.jit
-def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh,
-              svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT, WG: gl.constexpr,
-              MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
-              DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr,
-              WORK_LOOP: gl.constexpr, WRITE_LSE: gl.constexpr):
+def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, TR, sqs_bh,
+              sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT,
+              WG: gl.constexpr, MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr,
+              PNQ: gl.constexpr, DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr, SMQ: gl.constexpr,
+              WORK_LOOP: gl.constexpr, WRITE_LSE: gl.constexpr, TRACE: gl.constexpr):
     """One consumer warpgroup: work tile w = program, or with WORK_LOOP w = program, program + programs, ...
     (w -> query tile w % n_m of b·h w // n_m), each by `_work_tile`: this warpgroup's 64 rows against every key
     tile. Per key tile j: softmax(j), then QKᵀ(j+1) and P̃·V(j) issued together, then one wait (the order ptxas
@@ -593,29 +632,29 @@ def _consumer(q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS
         i = 0
         for w in range(pid, n_work, nprog):
             _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS,
-                       O, BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
-                       P_SHIFT, zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV,
-                       SMQ, True, WRITE_LSE)
+                       O, BAD, LSE, TR, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles,
+                       c, P_SHIFT, zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV,
+                       SMQ, True, WRITE_LSE, TRACE)
             i += 1
     else:
         # one work tile per program, no loop around it: measured faster for the direct-placement MXFP4 kernels
         # (the loop for sage2-int8 and the PNQ ones)
         _work_tile(pid, 0, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O,
-                   BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
+                   BAD, LSE, TR, sqs_bh, sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, q_rows_bh, n_q, n_kv, n_tiles, c,
                    P_SHIFT, zero_s, zero_o, offs_n0, offs_d, WG, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ,
-                   False, WRITE_LSE)
+                   False, WRITE_LSE, TRACE)
 
 
 # integer arguments equal to 1 would become constants, which worker partitions cannot take as arguments
 @gluon.jit(do_not_specialize=["sqs_bh", "sks_bh", "svs_bh", "so_b", "so_h", "so_n", "H", "n_bh", "n_q", "n_kv",
                               "q_rows_bh", "k_rows_bh", "ds_rows_bh"])
-def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh, svs_bh, so_b, so_h,
-                so_n, H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
+def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LSE, TR, sqs_bh, sks_bh, svs_bh, so_b,
+                so_h, so_n, H, n_bh, n_q, n_kv, q_rows_bh, k_rows_bh, ds_rows_bh, c, P_SHIFT, STAGES: gl.constexpr,
                 MODE: gl.constexpr, RULE: gl.constexpr, FLQ: gl.constexpr, QMAX: gl.constexpr, PNQ: gl.constexpr,
                 DEFER: gl.constexpr, EARLY: gl.constexpr, PLEV: gl.constexpr = 15.0,
                 SMQ: gl.constexpr = 0,
                 WORK_LOOP: gl.constexpr = False, WRITE_LSE: gl.constexpr = False, NWG: gl.constexpr = 2,
-                num_warps: gl.constexpr = 4):
+                TRACE: gl.constexpr = False, num_warps: gl.constexpr = 4):
     """Grid (programs,): the work tiles w = 0 .. cdiv(n_q, 64·NWG)·n_bh − 1 (query tile w % cdiv(n_q, 64·NWG) of
     b·h w // cdiv(n_q, 64·NWG)) go to the programs, one each (with WORK_LOOP inside a loop over the program's work
     tiles, w = program, program + programs, ...). NWG consumer warpgroups of 64 query rows each (2 or 3; MODE 3 with
@@ -626,6 +665,7 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
     tile), VS fp32 per channel; MODE 1: QS/KS int32 exponents per 128-token tile, VS int32 per channel (rows
     sqs_bh / sks_bh / svs_bh apart per b·h). O in the caller's layout (strides so_*; head_dim contiguous). BAD (MODE 1): the count of P̃ blocks E4M3 could not hold exactly.
     WRITE_LSE: each row's log-sum-exp (`_core.row_lse`, natural log) into LSE, fp32 (B·H, n_q).
+    TRACE: each work tile's timeline into TR, int64 (work tiles, NWG, TRACE_SLOTS) (`_trace_point`).
     MODE 3 (INT4): Q, K INT4 codes in int8 or E4M3 with fp32 per-token scales, Vᵀ INT4
     codes in int8 (operand key order) with fp32 per-channel scales, P̃ codes with PLEV + 1 levels per row and
     tile; SMQ 2: ds_desc the ΔS table (B·H·ds_rows_bh, N_pad) fp32, one row per 128-row q group = program."""
@@ -656,20 +696,20 @@ def attn_ws_fwd(q_desc, k_desc, v_desc, ks_desc, ds_desc, QS, KS, VS, O, BAD, LS
         ds_s = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BN], ds_desc.layout)
     else:
         ds_s = gl.allocate_shared_memory(gl.float32, [1, 1, 16], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # unused
-    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, sqs_bh, sks_bh,
-            svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
+    args = (q_desc, q_s, qbar, k_s, v_s, kready, vready, empty, ks_s, ds_s, QS, KS, VS, O, BAD, LSE, TR, sqs_bh,
+            sks_bh, svs_bh, so_b, so_h, so_n, H, n_m, n_work, q_rows_bh, n_q, n_kv, n_tiles, c, P_SHIFT)
     largs = (k_desc, v_desc, ks_desc, ds_desc, k_s, v_s, ks_s, ds_s, kready, vready, empty, n_m, n_work, k_rows_bh,
              ds_rows_bh, n_tiles, WORK_LOOP)
     # registers of each worker consumer warpgroup (the first consumer, the default partition, gets what is left):
     # 2 consumers 2·128·240 + the loader's 32·24; 3 consumers 128·168 + 2·128·160 + the loader's warpgroup's 128·24
     if NWG == 3:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE, TRACE),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE, TRACE),)),
+                            (_consumer_partition, args + (Consts(2, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE, TRACE),)),
                             (_loader, largs)], [4, 4, 1], [160, 160, 24])
     else:
-        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
-                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE),)),
+        gl.warp_specialize([(_consumer_partition, args + (Consts(0, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE, TRACE),)),
+                            (_consumer_partition, args + (Consts(1, MODE, RULE, FLQ, QMAX, PNQ, DEFER, EARLY, PLEV, SMQ, WORK_LOOP, WRITE_LSE, TRACE),)),
                             (_loader, largs)], [4, 1], [240, 24])
 
 
@@ -702,14 +742,16 @@ def descriptors(qq, kk, vv, ks=None, ds=None):
 
 
 def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bool = False,
-           early: bool = False, work_loop: bool = False, consumers: int = 2, lse=None, run=_launcher.launch):
+           early: bool = False, work_loop: bool = False, consumers: int = 2, lse=None, trace=None,
+           run=_launcher.launch):
     """Run attn_ws_fwd on the pre-pass dict P of kernels.launch._prepare (MODE 1 with E4M3 operands, MODE 2, or
     MODE 3 with the ΔS table or no Q smoothing) into `out` (strides `so` (b, h, n, d) with d contiguous); MODE 1
     adds its inexact P̃ block count to `bad`. MODE 3 with V rotated (ROTV): the kernel writes fp32, then
     out = that · H / sqrt(D) by `unrotate.unrotate` (the Triton kernel does it in its epilogue). work_loop: the
     programs (one per work tile) run theirs inside a loop rather than without one: same arithmetic per tile, so the
     same output bits; only ptxas's schedule, and so the speed, differs. lse: an fp32 (B·H, Nq) tensor the rows'
-    log-sum-exp is written to (None: not computed). run: how the kernel is launched (`_launcher.launch`, or a call
+    log-sum-exp is written to (None: not computed). trace: an int64 (work tiles, consumers, TRACE_SLOTS) tensor
+    each work tile's timeline is written to (`_trace_point`; None: the kernel compiled without it). run: how the kernel is launched (`_launcher.launch`, or a call
     plan's recorder, kernels/plans.py)."""
     import torch
 
@@ -732,12 +774,16 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
     n_work = triton.cdiv(Nq, consumers * ROWS) * BH
+    if trace is not None and tuple(trace.shape) != (n_work, consumers, TRACE_SLOTS):
+        raise ValueError(f"trace buffer of shape {tuple(trace.shape)}: this launch needs "
+                         f"{(n_work, consumers, TRACE_SLOTS)}")
     run(_launch_attn_ws, (n_work,),
-        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse, P["sqs"], P["sks"],
+        qd, kd, vd, ksd, dsd, P["qs"], P["ks"], P["vs"], dst, bad, bad if lse is None else lse,
+        bad if trace is None else trace, P["sqs"], P["sks"],
         P["svs"], *sdst[:3], H, BH, Nq, Nk, P["qq"].shape[1], P["kk"].shape[1], P["kf"].shape[1] if smq == 2 else 0, sm_scale_log2,
         float(P["p_shift"]), STAGES=stages, MODE=mode, RULE=P["rule"], FLQ=P["flq"], QMAX=P["qmax"], PNQ=P["pnq"],
         DEFER=defer, EARLY=early, PLEV=float(P.get("plev", 15)), SMQ=smq, WORK_LOOP=work_loop,
-        WRITE_LSE=lse is not None, NWG=consumers, num_warps=4)
+        WRITE_LSE=lse is not None, NWG=consumers, TRACE=trace is not None, num_warps=4)
     if rot:
         # a 3xTF32 pass, as the Triton kernel's epilogue (faster than a float64 torch matmul)
         unrotate(dst, P["hv"], out, so, run=run)

@@ -271,9 +271,10 @@ def _bf16_tiles(cfg: dict) -> dict:
 
 
 def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, promote, cfg, st, lse=None,
-            run=_launcher.launch):
+            run=_launcher.launch, trace=None):
     """The kernel on the pre-pass operands into a new output (and, given `lse` (B·H, Nq) fp32, the rows'
-    log-sum-exp into it, as the kernel scaled the scores), launched by `run`."""
+    log-sum-exp into it, as the kernel scaled the scores), launched by `run`. trace: the Gluon kernel's work-tile
+    timeline buffer (`gluon_ws.launch`); ValueError where the Triton kernel runs."""
     out = _new_output(q)
     so = prepass._bhnd_strides(out, layout)
     P = prep
@@ -289,8 +290,10 @@ def _launch(prep, q, layout, B, H, Nq, Nk, D, sm_scale, kpm, skpm, has_kpm, prom
         gluon_ws.launch(P, out, so, H, Nq, Nk, sm_scale * LOG2E, bad, stages=cfg["NUM_STAGES"],
                         defer=cfg.get("DEFER", False), early=cfg.get("EARLY_QK", False),
                         work_loop=cfg.get("WORK_LOOP", False), consumers=cfg.get("CONSUMERS", 2), lse=lse,
-                        run=run)
+                        trace=trace, run=run)
         st.kernel = "gluon"
+    elif trace is not None:
+        raise ValueError("a work-tile timeline comes from the Gluon kernel only; this call runs the Triton kernel")
     else:
         st.kernel = "triton"
         tcfg = cfg
@@ -343,8 +346,9 @@ def finalize_stats(st: KernelStats) -> KernelStats:
 
 def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = None,
                exact_p: bool = False, promote: bool = True, config: dict | None = None, rope_segments=None):
-    """For benchmarks: (prepass, kernel) zero-argument callables whose sequence equals one
-    `attention(...)` call; `kernel` reuses the operands of the last `prepass` (one is run here)."""
+    """For benchmarks: (prepass, kernel) callables whose sequence equals one `attention(...)` call; `kernel` reuses
+    the operands of the last `prepass` (one is run here). kernel(trace=buffer) also writes the Gluon kernel's
+    work-tile timeline (`gluon_ws.launch`; benchmarks/work_tile_timeline.py)."""
     spec, row = _spec_and_row(recipe)
     B, H, Nq, D = prepass._dims(q, layout)
     Nk = prepass._dims(k, layout)[2]
@@ -359,8 +363,9 @@ def split_call(q, k, v, recipe, *, layout: str = "BHND", scale: float | None = N
         box["prep"] = _prepare(q, k, v, spec, row, layout, exact_p, st, B, H, D, rope_segments,
                                cfg.get("DS", "table"), gluon=gluon, qk_fp8=_qk_fp8(cfg, gluon))
 
-    def run_kernel():
-        return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st)
+    def run_kernel(trace=None):
+        return _launch(box["prep"], q, layout, B, H, Nq, Nk, D, sm_scale, kpm, 0, False, promote, cfg, st,
+                       trace=trace)
 
     run_prepass()
     return run_prepass, run_kernel, st

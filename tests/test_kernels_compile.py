@@ -16,6 +16,7 @@ BUILDS = [
     ("gluon", 1, dict(STAGES=4, QMAX=7.25, EARLY=True, WORK_LOOP=True), {"QGMMA"}),  # MXFP4: E4M3 QKᵀ and P̂·V̂
     ("gluon", 2, dict(STAGES=3, EARLY=True, WORK_LOOP=True), {"IGMMA", "QGMMA"}),  # sage2: INT8 QKᵀ, E4M3 P̂·V̂
     ("gluon", 2, dict(D=64, STAGES=3, EARLY=True, WORK_LOOP=True, NWG=3), {"IGMMA", "QGMMA"}),
+    ("gluon", 2, dict(STAGES=3, EARLY=True, WORK_LOOP=True, TRACE=True), {"IGMMA", "QGMMA"}),  # timeline stamps
     ("gluon", 3, dict(STAGES=3, P_SHIFT=0, QK="fp8", EARLY=True, WORK_LOOP=True), {"QGMMA", "IGMMA"}),  # INT4
     ("draft", None, {}, {"HGMMA", "IGMMA", "QGMMA"}),  # 16-bit (and NVFP4 as fp16), INT8 QKᵀ, FP8 P̂·V̂ phases
     ("triton", 0, {}, {"HGMMA"}),

@@ -136,3 +136,36 @@ def test_gluon_config_runs_the_triton_kernel_on_exact_bf16_fallbacks():
     finalize_stats(st)
     assert st.qk_fallback and st.kernel == "triton"  # (every operand in bf16, V in token order)
     check_against_reference("mxfp4-ocp", q, k, v, out)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe,d", [("sage2-int8", 128), ("sage2-int8", 64), ("mxattention", 128)])
+def test_gluon_traced_call_changes_no_bit_and_stamps_each_work_tile_in_order(recipe, d):
+    """A traced launch (the timeline of benchmarks/work_tile_timeline.py) computes the same output bits as a plain
+    one, and every work tile's warpgroups leave their SM id and four clock stamps in order: start <= first QKᵀ <=
+    key loop done <= output stored, the global timer's start before its end. (1, 5, 1000, 777): ragged last query
+    and key tiles; at head_dim 64 sage2-int8 runs three consumers."""
+    from lowbit_video.kernels.dispatch import attention_spec, merged_config, variant_of
+    from lowbit_video.kernels.gluon_ws import TRACE_SLOTS
+    from lowbit_video.kernels.launch import split_call
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 5, 1000, 777, d, outliers=True, seed=11))
+    spec = attention_spec(recipe)
+    consumers = merged_config(variant_of(spec).name, d, None, spec.placement).get("CONSUMERS", 2)
+    n_work = 5 * -(-1000 // (64 * consumers))
+    _, kernel, st = split_call(q, k, v, spec)
+    plain = kernel()
+    assert st.kernel == "gluon"
+    trace = torch.zeros(n_work, consumers, TRACE_SLOTS, dtype=torch.int64, device="cuda")
+    traced = kernel(trace=trace)
+    assert torch.equal(plain, traced)
+    t = trace.cpu()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert ((t[..., 0] >= 0) & (t[..., 0] < sms)).all()
+    assert (t[..., 2] > 0).all()  # every work tile and warpgroup stamped
+    assert ((t[..., 2] <= t[..., 3]) & (t[..., 3] <= t[..., 4]) & (t[..., 4] <= t[..., 5])).all()
+    assert (t[..., 1] < t[..., 6]).all()
+    assert (t[:, :, 0] == t[:, :1, 0]).all()  # a work tile's warpgroups share its SM
+    with pytest.raises(ValueError, match="trace buffer"):
+        kernel(trace=trace[1:])
