@@ -572,7 +572,9 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
 
     l_safe = gl.where(l_i > 0, l_i, 1.0)
     offs_mo = m0 + WG * 64 + gl.arange(0, 64, row_o)
-    if MODE == 2 or MODE == 3:
+    if MODE == 2:
+        vs = gl.load(VS + bh * (svs_bh // 8 * 8) + offs_d)  # a multiple of 8 (`launch`): 8-byte loads
+    elif MODE == 3:
         vs = gl.load(VS + bh * svs_bh + offs_d)
     else:
         vs = _pow2(gl.maximum(gl.load(VS + bh * svs_bh + offs_d), -126))
@@ -581,8 +583,22 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
     out = acc / gl.convert_layout(l_safe, row_o)[:, None] * vs[None, :]
     b = bh // H
     h = bh % H
-    ptrs = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + offs_mo[:, None] * so_n + offs_d[None, :]
-    gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
+    if MODE == 2:
+        # sage2-int8 stores from rows of 8 contiguous elements per thread (16-byte stores; the strides are
+        # multiples of 8, `launch`) rather than from the accumulator's pairs (2-byte stores: the strides' alignment
+        # is unknown to the compiler), the layout changed through shared memory once per work tile. The epilogue
+        # took 5 µs of a 94 µs work tile at short before (benchmarks/work_tile_timeline.py); the MXFP4 kernels
+        # measured slower with these stores and keep theirs (results/kernels-h200.md, "The timeline of one call")
+        st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // D, D // 8], [4, 1], [1, 0])
+        o_st = gl.convert_layout(out.to(O.dtype.element_ty), st_layout)
+        rows = m0 + WG * 64 + gl.arange(0, 64, gl.SliceLayout(1, st_layout))
+        cols = gl.arange(0, D, gl.SliceLayout(0, st_layout))
+        ptrs = (O + b.to(gl.int64) * (so_b // 8 * 8) + h.to(gl.int64) * (so_h // 8 * 8)
+                + rows[:, None] * (so_n // 8 * 8) + cols[None, :])
+        gl.store(ptrs, o_st, mask=(rows < n_q)[:, None])
+    else:
+        ptrs = O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + offs_mo[:, None] * so_n + offs_d[None, :]
+        gl.store(ptrs, out.to(O.dtype.element_ty), mask=(offs_mo < n_q)[:, None])
     if WRITE_LSE:
         if MODE == 3:
             lse = row_lse(t_i, l_i / PLEV, 0.0)  # ℓ in units of the last tile's P̃ scale 2^t_i / PLEV (`_tile`)
@@ -757,6 +773,9 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
 
     if so[3] != 1:
         raise ValueError("the Gluon kernel writes outputs whose head_dim is contiguous")
+    if P["mode"] == MODE_SAGE and (any(s % 8 for s in so[:3]) or out.data_ptr() % 16 or P["svs"] % 8):
+        raise ValueError("the Gluon kernel's sage2 mode writes 16-byte aligned output rows: strides in multiples of "
+                         "8 elements")
     mode = P["mode"]
     if mode not in (MODE_MX, MODE_SAGE, MODE_INT4):
         raise ValueError("the Gluon kernel runs the MXFP4, sage2-int8 and INT4 recipes only")

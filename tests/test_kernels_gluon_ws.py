@@ -1,7 +1,7 @@
 """The warp-specialized Gluon kernel (kernels/gluon_ws.py) against the reference engine and the Triton kernel: its
 settings (DEFER, EARLY_QK, WORK_LOOP) change no output bit, it counts inexact P̃ blocks as the Triton kernel does,
-and it gives way to the Triton kernel on the exact bf16 fallbacks. GPU only (sm_90; the interpreter cannot run
-Gluon). Criterion: tests/kernel_helpers.py."""
+and it gives way to the Triton kernel on the exact bf16 fallbacks; a traced launch changes no output bit. GPU only
+(sm_90; the interpreter cannot run Gluon), but for the launch's alignment check. Criterion: tests/kernel_helpers.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernel_helpers import (
-    MX_RECIPES, needs_cuda, make_qkv, rel_l2, to_layout, from_layout, check_against_reference, SHAPES)
+    HAS_TRITON, MX_RECIPES, needs_cuda, make_qkv, rel_l2, to_layout, from_layout, check_against_reference, SHAPES)
 
 
 @pytest.mark.gpu
@@ -169,3 +169,17 @@ def test_gluon_traced_call_changes_no_bit_and_stamps_each_work_tile_in_order(rec
     assert (t[:, :, 0] == t[:, :1, 0]).all()  # a work tile's warpgroups share its SM
     with pytest.raises(ValueError, match="trace buffer"):
         kernel(trace=trace[1:])
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (it is not a test dependency)")
+@pytest.mark.parametrize("strides,offset", [((1280, 640, 68, 1), 0), ((1280, 640, 64, 1), 4)])
+def test_gluon_sage_mode_refuses_output_rows_off_16_bytes(strides, offset):
+    """sage2-int8's epilogue stores 16-byte pieces of each output row, so `launch` refuses an output whose row
+    strides are not multiples of 8 elements or whose first row is not 16-byte aligned, before any launch (CPU)."""
+    from lowbit_video.kernels.gluon_ws import launch
+    from lowbit_video.kernels.modes import MODE_SAGE
+
+    base = torch.empty(4096, dtype=torch.bfloat16)
+    out = torch.as_strided(base, (2, 2, 10, 64), strides, storage_offset=offset)
+    with pytest.raises(ValueError, match="16-byte aligned output rows"):
+        launch({"mode": MODE_SAGE, "svs": 64}, out, strides, 2, 10, 10, 1.0, None)
