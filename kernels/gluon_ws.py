@@ -767,16 +767,16 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
     programs (one per work tile) run theirs inside a loop rather than without one: same arithmetic per tile, so the
     same output bits; only ptxas's schedule, and so the speed, differs. lse: an fp32 (B·H, Nq) tensor the rows'
     log-sum-exp is written to (None: not computed). trace: an int64 (work tiles, consumers, TRACE_SLOTS) tensor
-    each work tile's timeline is written to (`_trace_point`; None: the kernel compiled without it). run: how the kernel is launched (`_launcher.launch`, or a call
-    plan's recorder, kernels/plans.py)."""
+    each work tile's timeline is written to (`_trace_point`; None: the kernel compiled without it). run: how the
+    kernel is launched (`_launcher.launch`, or a call plan's recorder, kernels/plans.py)."""
     import torch
 
+    mode = P["mode"]
     if so[3] != 1:
         raise ValueError("the Gluon kernel writes outputs whose head_dim is contiguous")
-    if P["mode"] == MODE_SAGE and (any(s % 8 for s in so[:3]) or out.data_ptr() % 16 or P["svs"] % 8):
+    if mode == MODE_SAGE and (any(s % 8 for s in so[:3]) or out.data_ptr() % 16 or P["svs"] % 8):
         raise ValueError("the Gluon kernel's sage2 mode writes 16-byte aligned output rows: strides in multiples of "
                          "8 elements")
-    mode = P["mode"]
     if mode not in (MODE_MX, MODE_SAGE, MODE_INT4):
         raise ValueError("the Gluon kernel runs the MXFP4, sage2-int8 and INT4 recipes only")
     if mode == MODE_INT4 and P["smq"] not in (0, 2):
