@@ -138,6 +138,11 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="traced calls per shape and recipe; the figures of each")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: needs a CUDA device (sm_90)", file=sys.stderr)
+        return 2
     rows = [trace_call(s, r) for s in args.shapes for r in (args.recipes or ["sage2-int8"])
             for _ in range(args.repeat)]
     print(json.dumps(rows, indent=1) if args.json else to_markdown(rows))

@@ -46,3 +46,11 @@ def test_records_unpack_the_buffer_by_work_tile_and_warpgroup():
     assert [(r["tile"], r["wg"]) for r in recs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert recs[3] == dict(tile=1, wg=1, sm=24, global_start_ns=25, start=26, first_qk=27, loop_end=28, end=29,
                            global_end_ns=30)
+
+
+def test_without_a_gpu_the_script_says_so_in_one_line(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert load("work_tile_timeline").main(["--shapes", "short"]) == 2
+    assert capsys.readouterr().err.strip() == "error: needs a CUDA device (sm_90)"
