@@ -86,7 +86,7 @@ def trace_call(shape: str, recipe: str, seed: int = 0, warmup: int = 3) -> dict:
 
     from lowbit_video.bench.common import SHAPES, shape_name
     from lowbit_video.kernels.dispatch import attention_spec, merged_config, variant_of
-    from lowbit_video.kernels.gluon_ws import ROWS, TRACE_SLOTS
+    from lowbit_video.kernels.gluon_ws import BLOCK_N, TRACE_SLOTS, work_tiles
     from lowbit_video.kernels.launch import split_call
 
     sh = SHAPES[shape_name(shape)]
@@ -99,7 +99,7 @@ def trace_call(shape: str, recipe: str, seed: int = 0, warmup: int = 3) -> dict:
     if not cfg.get("GLUON"):
         raise SystemExit(f"{recipe} does not run the Gluon kernel at head_dim {sh.head_dim}")
     consumers = cfg.get("CONSUMERS", 2)
-    n_work = triton.cdiv(sh.tokens, consumers * ROWS) * sh.batch * sh.heads
+    n_work = work_tiles(sh.tokens, sh.batch * sh.heads, consumers)
     _, kernel, _ = split_call(q, k, v, spec)
     trace = torch.zeros(n_work, consumers, TRACE_SLOTS, dtype=torch.int64, device=dev)
     plain = kernel()
@@ -112,7 +112,7 @@ def trace_call(shape: str, recipe: str, seed: int = 0, warmup: int = 3) -> dict:
     torch.cuda.synchronize()
     if not torch.equal(plain, traced):
         raise SystemExit(f"{recipe} at {shape}: the traced call's output differs from the plain call's")
-    out = summarize(records_of(trace), triton.cdiv(sh.tokens, 128))
+    out = summarize(records_of(trace), triton.cdiv(sh.tokens, BLOCK_N))
     out.update(shape=sh.name, recipe=recipe, consumers=consumers)
     return out
 

@@ -463,6 +463,11 @@ def _load_q(q_desc, qbar, qw, w, n_m, q_rows_bh, NWG: gl.constexpr, WG: gl.const
 TRACE_SLOTS = 8  # int64 slots per (work tile, warpgroup) of a traced launch (`_trace_point`)
 
 
+def work_tiles(n_q: int, n_bh: int, consumers: int) -> int:
+    """The work tiles (= programs) of a launch: 64·consumers query rows of one b·h each."""
+    return triton.cdiv(n_q, consumers * ROWS) * n_bh
+
+
 @gluon.jit
 def _trace_point(TR, w, rows, WG: gl.constexpr, NWG: gl.constexpr, POINT: gl.constexpr):
     """Timeline instrumentation (TRACE launches only; compiled out otherwise): this warpgroup's SM clock at
@@ -792,7 +797,7 @@ def launch(P, out, so, H, Nq, Nk, sm_scale_log2, bad, stages: int = 2, defer: bo
         B = BH // H
         dst = torch.empty((B, H, Nq, D), device=out.device, dtype=torch.float32)
         sdst = dst.stride()
-    n_work = triton.cdiv(Nq, consumers * ROWS) * BH
+    n_work = work_tiles(Nq, BH, consumers)
     if trace is not None and tuple(trace.shape) != (n_work, consumers, TRACE_SLOTS):
         raise ValueError(f"trace buffer of shape {tuple(trace.shape)}: this launch needs "
                          f"{(n_work, consumers, TRACE_SLOTS)}")
