@@ -592,8 +592,8 @@ def _work_tile(w, i, nprog, n_work, q_desc, qw, qbar, k_s, v_s, kready, vready, 
         # sage2-int8 stores from rows of 8 contiguous elements per thread (16-byte stores; the strides are
         # multiples of 8, `launch`) rather than from the accumulator's pairs (2-byte stores: the strides' alignment
         # is unknown to the compiler), the layout changed through shared memory once per work tile. The epilogue
-        # took 5 µs of a 94 µs work tile at short before (benchmarks/work_tile_timeline.py); the MXFP4 kernels
-        # measured slower with these stores and keep theirs (results/kernels-h200.md, "The timeline of one call")
+        # took 5 µs of a 94 µs work tile at short before (benchmarks/work_tile_timeline.py); the MXFP4 and INT4
+        # kernels measured slower with these stores and keep theirs (kernels/README.md, "Tried and lost")
         st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // D, D // 8], [4, 1], [1, 0])
         o_st = gl.convert_layout(out.to(O.dtype.element_ty), st_layout)
         rows = m0 + WG * 64 + gl.arange(0, 64, gl.SliceLayout(1, st_layout))
