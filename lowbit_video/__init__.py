@@ -14,6 +14,18 @@ __version__ = "0.1.0"
 _PUBLIC = ("RecipeHandle", "install_recipe", "use_recipe")
 
 
+def _map_checkout_folders() -> None:
+    # a checkout's kernels/, recipes/ and prompts/ where no install maps them (lowbit_video/checkout_folders.py)
+    import os
+
+    from .checkout_folders import install
+
+    install(os.path.dirname(os.path.abspath(__file__)))
+
+
+_map_checkout_folders()
+
+
 def __getattr__(name: str):
     if name in _PUBLIC:
         from .models import injection
