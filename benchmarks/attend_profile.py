@@ -20,9 +20,13 @@ With `--out DIR`, at the `short` shape it writes a host cProfile and torch.profi
 recipes there, and every figure as profile.json.
 
 `--without-plans` also times each recipe with call plans off (kernels/plans.py), in the same process.
+`--launches` also lists each launch of calls issued back to back as a model step issues them (torch.profiler over
+12 calls behind a head start of the GPU, the first quarter of the kernels left out): its median GPU time per call
+and the median gap before it, beside cuDNN's, so that the pre-pass's share of a queued call and the GPU's idle
+time between launches can be read apart.
 
 Examples (the figures of results/kernels-h200.md's "Small shapes" section, then its pre-pass figures, then the call
-plans' figures):
+plans' figures, then the launches of queued calls):
     python benchmarks/attend_profile.py --shapes short wan1.3b-480p \\
         --recipes sage2-int8 mxattention rotateattention-half \\
         --tune 'sage2-int8:{"NUM_STAGES": 2}' --tune 'mxattention:{"NUM_STAGES": 3}'
@@ -30,6 +34,8 @@ plans' figures):
         --recipes sage2-int8 mxattention rotateattention-half --prepass
     python benchmarks/attend_profile.py --shapes short short-d64 ltx-video cogvideox-5b wan1.3b-480p \\
         --recipes sage2-int8 --without-plans
+    python benchmarks/attend_profile.py --shapes ltx-video short-d64 short wan1.3b-480p --recipes sage2-int8 \\
+        --launches
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import io
 import json
 import os
 import pstats
+import statistics
 import sys
 import time
 
@@ -83,6 +90,45 @@ def per_kernel(events, calls: int) -> list[tuple[str, float, float]]:
         total[name][0] += float(us)
         total[name][1] += 1
     return sorted(((n, c / calls, t / calls) for n, (t, c) in total.items()), key=lambda row: -row[2])
+
+
+def launch_rows(kernels) -> list[tuple[str, int, float, float]]:
+    """(name, count, median µs, median gap µs before it) per kernel name, in the order of first appearance, from
+    (name, start µs, duration µs) kernel events of calls issued back to back; the gap is from the end of the
+    kernel before (the first event has none)."""
+    spans = sorted((float(a), float(a) + float(d), name) for name, a, d in kernels)
+    durs, gaps = {}, collections.defaultdict(list)
+    for i, (a, b, name) in enumerate(spans):
+        durs.setdefault(name, []).append(b - a)
+        if i:
+            gaps[name].append(a - spans[i - 1][1])
+    return [(n, len(d), statistics.median(d), statistics.median(gaps[n]) if gaps[n] else 0.0)
+            for n, d in durs.items()]
+
+
+def _queued_launches(fn, calls: int = 12) -> list[tuple[str, int, float, float]]:
+    """`launch_rows` of `calls` runs of `fn()` issued back to back behind a head start of the GPU (no host gap
+    counts), the first quarter of the kernels left out (the queue filling)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda._sleep(3_000_000)
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = sorted(((e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+                     if e.device_type.name == "CUDA" and e.time_range.elapsed_us() > 0 and "sleep" not in e.name),
+                    key=lambda e: e[1])
+    return launch_rows(events[len(events) // 4:])
+
+
+def _print_launches(label: str, rows) -> None:
+    print(f"{label}: " + "; ".join(f"{name[:40]} {us:.1f} µs (x{n}, gap before {gap:.1f})" for name, n, us, gap in rows),
+          flush=True)
 
 
 def _cuda_kernels(fn, calls: int = 1) -> list[tuple[str, float, float]]:
@@ -162,6 +208,8 @@ def main(argv=None) -> int:
                     "Q, K and V")
     ap.add_argument("--without-plans", action="store_true", help="also time each recipe with call plans off "
                     "(every call through dispatch, pre-pass allocation and launch: kernels/plans.py)")
+    ap.add_argument("--launches", action="store_true", help="also list each launch of calls issued back to back: "
+                    "its GPU time per call and the gap before it, beside cuDNN's")
     ap.add_argument("--out", help="folder for profile.json and the profiles of the short shape")
     args = ap.parse_args(argv)
 
@@ -197,6 +245,8 @@ def main(argv=None) -> int:
 
         c, cb = median_ms(cudnn, warmup=2, reps=reps), queued_ms(cudnn, reps=reps)
         print(f"{sh.name:15s} cudnn {c:8.3f} ms  queued {cb:8.3f}", flush=True)
+        if args.launches:
+            _print_launches(f"{sh.name:15s} cudnn launches, queued", _queued_launches(cudnn))
         if args.prepass:
             copy = lambda: (q.clone(), k.clone(), v.clone())  # noqa: E731
             copy()
@@ -217,6 +267,10 @@ def main(argv=None) -> int:
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
             rows.append(dict(shape=sh.name, recipe=r, plans=planned, plan=plan, cudnn=c, total=tot, queued=queued,
                              host=host, pre=pm, kern=km, x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
+            if args.launches:
+                with _plans(planned):
+                    rows[-1]["launches"] = launches = _queued_launches(call)
+                _print_launches(f"{sh.name:15s} {label} launches, queued", launches)
             print(f"{sh.name:15s} {label:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} "
                   f"x{cb / queued:5.2f} | host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu "
                   f"{tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels) | plan {plan}", flush=True)

@@ -47,3 +47,14 @@ def test_plans_off_turns_call_plans_off_for_the_block_only(monkeypatch):
     with pytest.raises(RuntimeError), on(False):
         raise RuntimeError("a failed timing")
     assert plans.available()
+
+
+def test_launch_rows_give_each_kernels_median_time_and_the_gap_before_it():
+    rows = _load().launch_rows
+    # two calls of pre (10 µs) then kern (100 µs), given out of order; gaps worked by hand:
+    # pre@0-10, kern@12-112 (gap 2), pre@115-125 (gap 3), kern@126-226 (gap 1)
+    events = [("kern", 126.0, 100.0), ("pre", 0.0, 10.0), ("kern", 12.0, 100.0), ("pre", 115.0, 10.0)]
+    assert rows(events) == [("pre", 2, 10.0, 3.0), ("kern", 2, 100.0, 1.5)]
+    # one event: no gap before it
+    assert rows([("only", 5.0, 7.0)]) == [("only", 1, 7.0, 0.0)]
+    assert rows([]) == []
