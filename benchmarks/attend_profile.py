@@ -127,8 +127,8 @@ def _queued_launches(fn, calls: int = 12) -> list[tuple[str, int, float, float]]
 
 
 def _print_launches(label: str, rows) -> None:
-    print(f"{label}: " + "; ".join(f"{name[:40]} {us:.1f} µs (x{n}, gap before {gap:.1f})" for name, n, us, gap in rows),
-          flush=True)
+    parts = (f"{name[:40]} {us:.1f} µs (x{n}, gap before {gap:.1f})" for name, n, us, gap in rows)
+    print(f"{label}: " + "; ".join(parts), flush=True)
 
 
 def _cuda_kernels(fn, calls: int = 1) -> list[tuple[str, float, float]]:
