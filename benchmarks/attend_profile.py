@@ -109,20 +109,8 @@ def launch_rows(kernels) -> list[tuple[str, int, float, float]]:
 def _queued_launches(fn, calls: int = 12) -> list[tuple[str, int, float, float]]:
     """`launch_rows` of `calls` runs of `fn()` issued back to back behind a head start of the GPU (no host gap
     counts), the first quarter of the kernels left out (the queue filling)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        torch.cuda._sleep(3_000_000)
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    events = sorted(((e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
-                     if e.device_type.name == "CUDA" and e.time_range.elapsed_us() > 0 and "sleep" not in e.name),
-                    key=lambda e: e[1])
+    kernels = _cuda_kernels(fn, calls, head_start_cycles=3_000_000)
+    events = sorted((e for e in kernels if e[2] > 0 and "sleep" not in e[0]), key=lambda e: e[1])
     return launch_rows(events[len(events) // 4:])
 
 
@@ -131,15 +119,18 @@ def _print_launches(label: str, rows) -> None:
     print(f"{label}: " + "; ".join(parts), flush=True)
 
 
-def _cuda_kernels(fn, calls: int = 1) -> list[tuple[str, float, float]]:
+def _cuda_kernels(fn, calls: int = 1, head_start_cycles: int = 0) -> list[tuple[str, float, float]]:
     """(name, start µs, duration µs) of the GPU kernels of `calls` runs of `fn()` after one warm-up run, from
-    torch.profiler's CUDA kernel events."""
+    torch.profiler's CUDA kernel events; head_start_cycles: the GPU spins that long first, so that the runs are
+    queued ahead of it."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        if head_start_cycles:
+            torch.cuda._sleep(head_start_cycles)
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
