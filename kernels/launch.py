@@ -105,14 +105,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     plannable = (row.replay and stats is None and key_padding_mask is None and not config and q.is_cuda
                  and plans.available())
     if plannable:
+        kept = replay_kept(q, k, v, spec, layout=layout, scale=scale, exact_p=exact_p, promote=promote,
+                           return_lse=return_lse, rope_segments=rope_segments)
+        if kept is not None:
+            return kept
         plan_key = plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
                              None if rope_segments is None else tuple(rope_segments))
-        plan = plans.PLANS.get(plan_key, spec)
-        if plan is not None:
-            B, H, Nq, sm_scale, smooth = plan.extra
-            out, lse = _new_output(q), _new_lse(q, B, H, Nq, return_lse)
-            plan.replay(q, k, v, out, lse)
-            return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     B, H, Nq, D = prepass._dims(q, layout)
@@ -147,6 +145,28 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     smooth = row.smooths_k or spec.smooth_k  # the pre-pass smoothed K
     if recorder is not None:
         plans.PLANS.put(plan_key, recorder.plan(spec, q, k, v, out, lse, extra=(B, H, Nq, sm_scale, smooth)))
+    return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
+
+
+def replay_kept(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec, *, layout: str = "BHND",
+                scale: float | None = None, exact_p: bool = False, promote: bool = True, return_lse: bool = False,
+                rope_segments=None):
+    """What `attention(q, k, v, spec, ...)` returns, by replaying the call plan kept for the call's signature; None
+    where none is kept or plans are off now (kernels/plans.py). `spec`: the recipe's AttentionSpec as
+    `dispatch.attention_spec` gives it (plans are keyed by its identity). Why callers that hold the spec ask this
+    first (`attend`): a kept plan means a call of this signature passed every check, took the kernel route and
+    recorded its launches, and those checks and the route depend on nothing the key does not hold (shapes, strides,
+    dtypes, devices, the spec, the options), so a hit issues its first launch without going through them again
+    (at the short shapes the GPU waits for that host time on a call from an idle GPU)."""
+    if not plans.available():
+        return None
+    plan = plans.PLANS.get(plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
+                                     None if rope_segments is None else tuple(rope_segments)), spec)
+    if plan is None:
+        return None
+    B, H, Nq, sm_scale, smooth = plan.extra
+    out, lse = _new_output(q), _new_lse(q, B, H, Nq, return_lse)
+    plan.replay(q, k, v, out, lse)
     return _result(out, lse, q, k, layout, B, H, Nq, sm_scale, smooth)
 
 

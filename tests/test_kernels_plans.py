@@ -393,3 +393,52 @@ def test_an_int4_call_whose_v_torch_casts_keeps_no_plan_on_gpu(replays):
     out = attention(q, k, v.double(), "rotateattention-half")
     assert len(plans.PLANS) == 0
     assert torch.equal(out, attention(q, k, v.double(), "rotateattention-half", stats=KernelStats()))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("recipe", ["sage2-int8", "mxattention"])
+@pytest.mark.parametrize("layout", ["BHND", "BNHD"])
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_attend_replays_a_kept_plan_before_its_checks_and_route_on_gpu(replays, monkeypatch, recipe, layout,
+                                                                      return_lse):
+    """attend's later calls of a recorded signature replay the plan without asking for the route again, and equal,
+    bit for bit, the same call run the whole way (plans off)."""
+    from lowbit_video.attention import attend
+    from lowbit_video.kernels import dispatch
+
+    def inputs(seed):
+        q, k, v = (t.cuda() for t in make_qkv(2, 3, 300, 260, 64, outliers=True, seed=seed))
+        return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v)) if layout == "BNHD" else (q, k, v)
+
+    attend(*inputs(1), recipe, layout=layout, return_lse=return_lse)  # records
+    routes = []
+    route = dispatch.route
+    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: routes.append(1) or route(*a, **kw))
+    q, k, v = inputs(2)
+    again = attend(q, k, v, recipe, layout=layout, return_lse=return_lse)
+    assert len(replays) == 1 and not routes
+    monkeypatch.setattr(plans, "available", lambda: False)
+    whole = attend(q, k, v, recipe, layout=layout, return_lse=return_lse)
+    assert routes and len(replays) == 1
+    for a, b in zip(again if return_lse else (again,), whole if return_lse else (whole,)):
+        assert a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_kept_plan_lets_no_autograd_call_or_bad_input_through_on_gpu(replays):
+    """With a plan kept for the signature, a call autograd would record is still refused, and a k on the CPU is
+    still the one-line input error: neither is replayed."""
+    from lowbit_video.attention import attend
+    from lowbit_video.errors import AttentionInputError, InferenceOnlyError
+
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 256, 256, 128, outliers=False, seed=11))
+    attend(q, k, v, "sage2-int8")
+    with pytest.raises(InferenceOnlyError):
+        attend(q.clone().requires_grad_(), k, v, "sage2-int8")
+    with pytest.raises(AttentionInputError):
+        attend(q, k.cpu(), v, "sage2-int8")
+    assert not replays
+    attend(q, k, v, "sage2-int8")
+    assert len(replays) == 1

@@ -3,7 +3,9 @@
 No global state: the recipe (a name, a path, or a loaded Recipe) and the backend are arguments. Which path runs a
 call (a kernel, torch SDPA, the CPU path or an exact engine) is the kernel dispatch table's answer
 (lowbit_video/kernels/dispatch.py `route`), which the custom op and the model hooks ask too; a recipe named by a
-string is read once per process there.
+string is read once per process there. A call whose signature has a kernel call plan kept (kernels/plans.py: the
+same recipe, shapes, strides, dtypes, devices and options were checked, routed to the kernel and recorded before)
+replays it before the checks and the route, which could only answer as they did then; autograd is still checked.
 
 NaN/Inf inputs: `attend` raises NonFiniteInputError (one line) wherever the check costs no host synchronisation
 of its own: for CPU tensors, and wherever the reference or draft engine runs (they read results back on the host
@@ -25,7 +27,7 @@ from typing import Literal
 import torch
 
 from ..errors import AttentionInputError, RecipeError, ShapeError, inference_only, records_autograd
-from ..kernels import dispatch
+from ..kernels import dispatch, plans
 from ..recipes import AttentionSpec, Recipe
 from ..draft.layout import VideoGeometry
 from .custom_op import recipe_attention
@@ -100,6 +102,26 @@ def attend(
     spec = _spec_of(recipe)
     if layout not in ("BHND", "BNHD"):
         raise ShapeError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
+    kept = None
+    if backend == "auto" and not return_diagnostics and plans.PLANS:
+        kept = _replay_kept(q, k, v, spec, layout, scale, rope_segments, return_lse)
+    if kept is not None:
+        out, diag, lse = (kept[0], None, kept[1]) if return_lse else (kept, None, None)
+    else:
+        out, diag, lse = _run(q, k, v, recipe, spec, layout, scale, backend, return_diagnostics, rope_segments,
+                              geometry, return_lse)
+
+    if layout == "BNHD":
+        out = out.transpose(1, 2)
+        lse = lse.transpose(1, 2) if lse is not None else None
+    if return_lse:
+        return (out, diag, lse) if return_diagnostics else (out, lse)
+    return (out, diag) if return_diagnostics else out
+
+
+def _run(q, k, v, recipe, spec, layout, scale, backend, return_diagnostics, rope_segments, geometry, return_lse):
+    """(out, diagnostics, lse) of one call along its route (`dispatch.route`), q, k, v and the results BHND, after
+    the checks of its inputs and of autograd."""
     _check_inputs(q, k, v, layout)
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -113,17 +135,29 @@ def attend(
         # one custom op (custom_op.py): a single opaque node under torch.compile, running the route it is given
         out = recipe_attention(q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
                                route=route)
-        diag = lse = None
-    else:
-        out, diag, lse = run_route(route, q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
-                                   return_lse=return_lse, measure_errors=return_diagnostics)
+        return out, None, None
+    return run_route(route, q, k, v, spec, scale=scale, rope_segments=rope_segments, geometry=geometry,
+                     return_lse=return_lse, measure_errors=return_diagnostics)
 
+
+def _replay_kept(q, k, v, spec, layout, scale, rope_segments, return_lse):
+    """The kernel's result (out, or with return_lse (out, lse); BHND) by the call plan kept for this call's
+    signature (kernels/launch.py `replay_kept`: the checks and the route answered the same when it was recorded),
+    or None where none is kept or the call must go the whole way: anything but 4-D CUDA tensors, autograd
+    recording, torch.compile tracing (the custom op's node), a q whose head_dim is not contiguous (the op's output
+    may then need a copy into q's layout, custom_op.py). The call's options reach the plan's key as the whole path
+    passes them to the kernel (the custom op's scale as a float and RoPE split as a tuple or None)."""
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return None
+    if not q.is_cuda or q.stride(-1) != 1 or records_autograd(q, k, v) or torch.compiler.is_compiling():
+        return None
     if layout == "BNHD":
-        out = out.transpose(1, 2)
-        lse = lse.transpose(1, 2) if lse is not None else None
-    if return_lse:
-        return (out, diag, lse) if return_diagnostics else (out, lse)
-    return (out, diag) if return_diagnostics else out
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    if not return_lse:
+        scale = None if scale is None else float(scale)
+        rope_segments = tuple(rope_segments) if rope_segments else None
+    return dispatch.entry_function("launch:replay_kept")(q, k, v, spec, scale=scale, return_lse=return_lse,
+                                                          rope_segments=rope_segments)
 
 
 def _spec_of(recipe) -> AttentionSpec:
