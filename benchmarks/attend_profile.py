@@ -7,6 +7,8 @@ prints, beside SDPA cuDNN in the same process:
 - queued: calls issued back to back (`bench.common.queued_ms`: events around the whole run, divided by the
   count): the GPU-bound rate, the host time hidden when the host runs ahead (`bench kernels`' queued figure);
 - host: wall time of issuing one call without waiting (the Python and launch work);
+- first: µs from entering `attend` to its first launch leaving the host, for calls that replay a call plan (median
+  of 40 calls, each after the GPU finished the last, as a call from an idle GPU starts: the GPU waits that long);
 - pre / kern: the pre-pass and the kernel timed on their own (`kernels.launch.split_call`, each from an idle GPU);
 - gpu / span: one call from an idle GPU under torch.profiler: the GPU time of its kernels and the span from the
   first kernel's start to the last one's end (span − gpu: the time the GPU waited for the host between launches;
@@ -65,6 +67,40 @@ def _host_ms(fn, n: int = 5) -> float:
     host = (time.perf_counter() - t0) / n * 1e3
     torch.cuda.synchronize()
     return host
+
+
+def _us(value: float | None) -> str:
+    return f"{value:5.1f} µs" if value is not None else "    — µs"
+
+
+def _first_launch_us(fn, n: int = 40) -> float | None:
+    """Median µs from calling `fn` to its first launch through a compiled kernel's own launcher
+    (`_launcher.run_compiled`, which every launch of a replayed call plan takes), each call after the GPU finished
+    the last; None where no call launched that way (no plan)."""
+    import torch
+
+    from lowbit_video.kernels import _launcher
+
+    marks, firsts = [], []
+    run = _launcher.run_compiled
+
+    def marked(*args):
+        marks.append(time.perf_counter())
+        return run(*args)
+
+    _launcher.run_compiled = marked
+    try:
+        for _ in range(n):
+            torch.cuda.synchronize()
+            marks.clear()
+            t0 = time.perf_counter()
+            fn()
+            if marks:
+                firsts.append((marks[0] - t0) * 1e6)
+    finally:
+        _launcher.run_compiled = run
+        torch.cuda.synchronize()
+    return statistics.median(firsts) if firsts else None
 
 
 def timeline_summary(kernels) -> dict:
@@ -251,19 +287,22 @@ def main(argv=None) -> int:
             with _plans(planned):
                 tot = median_ms(call, warmup=2, reps=reps)
                 queued, host = queued_ms(call, reps=reps), _host_ms(call)
+                # (without plans the pre-pass launches through Triton's own path, which the mark does not see)
+                first = _first_launch_us(call) if planned else None
                 tl = _timeline(call)
             kept = plans.PLANS.newest()
             plan = f"{kept.workspace_bytes / 2 ** 20:.0f} MiB" if kept is not None else "none"
             pre, kern, st = split_call(q, k, v, r)
             pm, km = median_ms(pre, warmup=1, reps=reps), median_ms(kern, warmup=1, reps=reps)
             rows.append(dict(shape=sh.name, recipe=r, plans=planned, plan=plan, cudnn=c, total=tot, queued=queued,
-                             host=host, pre=pm, kern=km, x=c / tot, x_queued=cb / queued, kernel=st.kernel, **tl))
+                             host=host, first_launch_us=first, pre=pm, kern=km, x=c / tot, x_queued=cb / queued,
+                             kernel=st.kernel, **tl))
             if args.launches:
                 with _plans(planned):
                     rows[-1]["launches"] = launches = _queued_launches(call)
                 _print_launches(f"{sh.name:15s} {label} launches, queued", launches)
             print(f"{sh.name:15s} {label:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} "
-                  f"x{cb / queued:5.2f} | host {host:6.3f} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu "
+                  f"x{cb / queued:5.2f} | host {host:6.3f} first {_us(first)} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu "
                   f"{tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels) | plan {plan}", flush=True)
             if args.prepass:
                 kernels = _prepass_kernels(pre)
