@@ -138,6 +138,29 @@ def test_attend_compiles_to_one_op_call_without_graph_breaks():
     assert torch.equal(compiled(q, k, v), f(q, k, v))
 
 
+def test_a_compiled_attend_does_not_depend_on_the_kept_call_plans():
+    """Traced, attend is the custom op's node and never reads the call plan cache (kernels/plans.py), so plans that
+    the op's own runs keep or drop later do not invalidate the compiled graph: no recompilation."""
+    from lowbit_video.kernels import plans
+
+    recipe = load_recipe("mxattention")
+    q, k, v = _bnhd(1, 48, 2, 64)
+
+    def f(q, k, v):
+        return attend(q, k, v, recipe, layout="BNHD") * 2
+
+    plans.clear()
+    try:
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        first = compiled(q, k, v)
+        plans.PLANS.put(("a stand-in key",), plans.Plan(recipe.attention, (), 0, None))
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            again = compiled(q, k, v)
+    finally:
+        plans.clear()
+    assert torch.equal(first, again)
+
+
 def _tiny_wan(blocks=2):
     from diffusers import WanTransformer3DModel
 

@@ -103,7 +103,8 @@ def attend(
     if layout not in ("BHND", "BNHD"):
         raise ShapeError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     kept = None
-    if backend == "auto" and not return_diagnostics and plans.PLANS:
+    # (torch.compile traces the custom op's node instead, and must not guard on the plan cache: asked first)
+    if not torch.compiler.is_compiling() and backend == "auto" and not return_diagnostics and plans.PLANS:
         kept = _replay_kept(q, k, v, spec, layout, scale, rope_segments, return_lse)
     if kept is not None:
         out, diag, lse = (kept[0], None, kept[1]) if return_lse else (kept, None, None)
@@ -144,12 +145,12 @@ def _replay_kept(q, k, v, spec, layout, scale, rope_segments, return_lse):
     """The kernel's result (out, or with return_lse (out, lse); BHND) by the call plan kept for this call's
     signature (kernels/launch.py `replay_kept`: the checks and the route answered the same when it was recorded),
     or None where none is kept or the call must go the whole way: anything but 4-D CUDA tensors, autograd
-    recording, torch.compile tracing (the custom op's node), a q whose head_dim is not contiguous (the op's output
-    may then need a copy into q's layout, custom_op.py). The call's options reach the plan's key as the whole path
-    passes them to the kernel (the custom op's scale as a float and RoPE split as a tuple or None)."""
+    recording, a q whose head_dim is not contiguous (the op's output may then need a copy into q's layout,
+    custom_op.py). The call's options reach the plan's key as the whole path passes them to the kernel (the custom
+    op's scale as a float and RoPE split as a tuple or None)."""
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return None
-    if not q.is_cuda or q.stride(-1) != 1 or records_autograd(q, k, v) or torch.compiler.is_compiling():
+    if not q.is_cuda or q.stride(-1) != 1 or records_autograd(q, k, v):
         return None
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
