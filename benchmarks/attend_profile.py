@@ -302,8 +302,9 @@ def main(argv=None) -> int:
                     rows[-1]["launches"] = launches = _queued_launches(call)
                 _print_launches(f"{sh.name:15s} {label} launches, queued", launches)
             print(f"{sh.name:15s} {label:22s} total {tot:8.3f} x{c / tot:5.2f} | queued {queued:8.3f} "
-                  f"x{cb / queued:5.2f} | host {host:6.3f} first {_us(first)} | pre {pm:7.3f} kern {km:8.3f} ({st.kernel}) | gpu "
-                  f"{tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels) | plan {plan}", flush=True)
+                  f"x{cb / queued:5.2f} | host {host:6.3f} first {_us(first)} | pre {pm:7.3f} kern {km:8.3f} "
+                  f"({st.kernel}) | gpu {tl['gpu']:8.3f} span {tl['span']:8.3f} ({tl['kernels']} kernels) "
+                  f"| plan {plan}", flush=True)
             if args.prepass:
                 kernels = _prepass_kernels(pre)
                 rows[-1].update(prepass_kernels=kernels, copy_us=copy_us)

@@ -146,17 +146,14 @@ def _replay_kept(q, k, v, spec, layout, scale, rope_segments, return_lse):
     signature (kernels/launch.py `replay_kept`: the checks and the route answered the same when it was recorded),
     or None where none is kept or the call must go the whole way: anything but 4-D CUDA tensors, autograd
     recording, a q whose head_dim is not contiguous (the op's output may then need a copy into q's layout,
-    custom_op.py). The call's options reach the plan's key as the whole path passes them to the kernel (the custom
-    op's scale as a float and RoPE split as a tuple or None)."""
+    custom_op.py). The options go to the key as given: where the whole path passes them on converted (the custom
+    op's scale to a float, an empty RoPE split to None) and the key differs, the call simply goes the whole way."""
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return None
     if not q.is_cuda or q.stride(-1) != 1 or records_autograd(q, k, v):
         return None
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    if not return_lse:
-        scale = None if scale is None else float(scale)
-        rope_segments = tuple(rope_segments) if rope_segments else None
     return dispatch.entry_function("launch:replay_kept")(q, k, v, spec, scale=scale, return_lse=return_lse,
                                                           rope_segments=rope_segments)
 
