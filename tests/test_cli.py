@@ -125,6 +125,25 @@ def test_bench_without_a_gpu_is_one_line(args):
     assert_one_line_error(cli(*args, check=False))
 
 
+@pytest.mark.parametrize("args, named", [
+    (("kernels", "--shapes", "short", "--shapes", "wan-1080p"), "unknown shape(s) ['wan-1080p']"),
+    (("kernels", "--recipes", "sage3-int8"), "unknown recipe 'sage3-int8'"),
+    (("draft", "--recipes", "draftattention9"), "unknown recipe 'draftattention9'"),
+    (("e2e", "--random-weights", "--resolution", "1080p"), "unknown resolution(s) ['1080p']"),
+    (("e2e", "--random-weights", "--recipe", "mxfp5"), "unknown recipe 'mxfp5'"),
+    (("models", "--tiny", "--recipe", "mxfp5"), "unknown recipe 'mxfp5'"),
+])
+def test_bench_names_a_misspelt_shape_or_recipe_before_looking_for_a_gpu(args, named):
+    """A typo is reported as a typo on any machine, not as a missing GPU (and, on one, before any timing)."""
+    from typer.testing import CliRunner
+
+    from lowbit_video.cli import app
+
+    res = CliRunner().invoke(app, ["bench", *args])
+    assert res.exit_code == 2 and res.stderr.startswith(f"error: {named}"), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "GPU" not in res.stderr
+
+
 def test_help_shows_no_type_after_flags_and_int_seeds():
     import os
 

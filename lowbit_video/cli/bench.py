@@ -20,6 +20,14 @@ def _check_known(asked: list[str], known, what: str) -> None:
         raise UserError(f"unknown {what}(s) {bad}; known: {', '.join(known)}")
 
 
+def _check_recipes(names: list[str]) -> None:
+    """Each name resolves to a recipe (RecipeError's one line names the known ones), before any GPU work or check."""
+    from ..recipes import load_recipe
+
+    for name in names:
+        load_recipe(name)
+
+
 def _shape_names(known) -> list[str]:
     """The shape names a --shapes option takes: `known` and the aliases of those (bench/common.py)."""
     from ..bench.common import ALIASES
@@ -70,14 +78,15 @@ def register(app: typer.Typer) -> None:
         from ..errors import UserError
 
         recipes = recipes or default_recipes()
+        shapes = shapes or ["short", "wan1.3b-480p"]
+        _check_known(shapes, _shape_names(SHAPES), "shape")
+        _check_recipes(recipes)
         try:
             variants = config_variants(recipes, config or [])
         except ValueError as exc:
             raise UserError(str(exc)) from None
         if not torch.cuda.is_available():
             raise UserError("bench kernels needs a CUDA GPU (none is visible)")
-        shapes = shapes or ["short", "wan1.3b-480p"]
-        _check_known(shapes, _shape_names(SHAPES), "shape")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
         info = bench_kernels(shapes, recipes, reps=reps, variants=variants, sustain_s=sustain, log=log)
         if as_json:
@@ -114,15 +123,16 @@ def register(app: typer.Typer) -> None:
             cfg = parse_config(config or [], DRAFT_KEYS) or None
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        if not torch.cuda.is_available():
-            raise UserError("bench draft needs a CUDA GPU (none is visible)")
         shapes = shapes or ["wan14b-720p"]
         _check_known(shapes, _shape_names(GEOMETRIES), "shape")
         shapes = [shape_name(s) for s in shapes]  # the rows carry the canonical names
         recipes = recipes or draft_recipes()
+        _check_recipes(recipes)
         not_draft = [r for r in recipes if not _is_draft(r)]
         if not_draft:
             raise UserError(f"not draft recipes: {not_draft} (use bench kernels)")
+        if not torch.cuda.is_available():
+            raise UserError("bench draft needs a CUDA GPU (none is visible)")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
         info = bench_draft(shapes, recipes=recipes, sweep=sweep, reps=reps, config=cfg, log=log)
         if sweep:
@@ -159,6 +169,7 @@ def register(app: typer.Typer) -> None:
         _check_known(names, MODELS, "model")
         if not tiny and not random_weights:
             raise UserError("bench models needs --random-weights (it reads no checkpoint), or --tiny")
+        _check_recipes(recipe or [])
         if not tiny and not torch.cuda.is_available():
             raise UserError("bench models needs a CUDA GPU (none is visible); --tiny runs the tiny instances on the CPU")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
@@ -200,10 +211,11 @@ def register(app: typer.Typer) -> None:
             raise UserError("bench e2e needs --random-weights (it reads no checkpoint)")
         if blocks is not None and blocks > MODELS[model]["num_layers"]:
             raise UserError(f"--blocks {blocks}: {model} has {MODELS[model]['num_layers']} blocks")
-        if not torch.cuda.is_available():
-            raise UserError("bench e2e needs a CUDA GPU (none is visible)")
         res = resolution or ["480p"]
         _check_known(res, RESOLUTIONS, "resolution")
+        _check_recipes(recipe or [])
+        if not torch.cuda.is_available():
+            raise UserError("bench e2e needs a CUDA GPU (none is visible)")
         log = (lambda msg: print(msg, file=sys.stderr)) if as_json else print
         rows = bench_e2e(res, recipe or ["sage2-int8", "mxattention"], model=model, blocks=blocks, reps=reps,
                          compiled=compile_, breakdown=breakdown, log=log)
