@@ -105,12 +105,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe, *, layo
     plannable = (row.replay and stats is None and key_padding_mask is None and not config and q.is_cuda
                  and plans.available())
     if plannable:
-        kept = replay_kept(q, k, v, spec, layout=layout, scale=scale, exact_p=exact_p, promote=promote,
-                           return_lse=return_lse, rope_segments=rope_segments)
+        plan_key = _plan_key(spec, q, k, v, layout, scale, exact_p, promote, return_lse, rope_segments)
+        kept = _replay(plans.PLANS.get(plan_key, spec), q, k, v, layout, return_lse)
         if kept is not None:
             return kept
-        plan_key = plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
-                             None if rope_segments is None else tuple(rope_segments))
     if layout not in ("BHND", "BNHD"):
         raise ValueError(f"layout must be 'BHND' or 'BNHD', got {layout!r}")
     B, H, Nq, D = prepass._dims(q, layout)
@@ -160,8 +158,18 @@ def replay_kept(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec, *, layo
     (at the short shapes the GPU waits for that host time on a call from an idle GPU)."""
     if not plans.available():
         return None
-    plan = plans.PLANS.get(plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
-                                     None if rope_segments is None else tuple(rope_segments)), spec)
+    key = _plan_key(spec, q, k, v, layout, scale, exact_p, promote, return_lse, rope_segments)
+    return _replay(plans.PLANS.get(key, spec), q, k, v, layout, return_lse)
+
+
+def _plan_key(spec, q, k, v, layout, scale, exact_p, promote, return_lse, rope_segments) -> tuple:
+    """The call's signature as kernels/plans.py keys it (the RoPE split as a tuple, hashable)."""
+    return plans.key(spec, q, k, v, layout, scale, exact_p, promote, return_lse,
+                     None if rope_segments is None else tuple(rope_segments))
+
+
+def _replay(plan, q, k, v, layout, return_lse):
+    """`attention`'s result by replaying `plan` on these tensors; None where no plan is given."""
     if plan is None:
         return None
     B, H, Nq, sm_scale, smooth = plan.extra
