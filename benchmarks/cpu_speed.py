@@ -100,7 +100,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=1))
         return
-    print(f"| recipe | fp16 clip (s) | recipe clip (s) | ratio |\n|---|---|---|---|")
+    print("| recipe | fp16 clip (s) | recipe clip (s) | ratio |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['recipe']} | {r['fp16_s']:.2f} | {r['recipe_s']:.2f} | {r['ratio']:.2f}× |")
     if psnr_rows:

@@ -9,7 +9,7 @@ import torch
 from lowbit_video.attention import attend, exact_attention, reference_attention
 from lowbit_video.errors import NonFiniteInputError, ShapeError
 from lowbit_video.formats import mxfp4
-from lowbit_video.recipes import AttentionSpec, OperandQuant, load_recipe
+from lowbit_video.recipes import AttentionSpec, OperandQuant
 
 QUANTIZED = ["mxattention", "mxattention-no-uos", "mxattention-no-pnq-uos", "mxfp4-ocp", "mxfp4-tfs",
              "nvfp4", "sage-nvfp4", "sage2-int8"]

@@ -13,7 +13,7 @@ from lowbit_video.diagnostics.attention_report import attention_report
 from lowbit_video.diagnostics.synthetic import synthetic_qkv
 from lowbit_video.errors import ShapeError
 from lowbit_video.formats import intq
-from lowbit_video.recipes import AttentionSpec, OperandQuant, load_recipe
+from lowbit_video.recipes import AttentionSpec, load_recipe
 from lowbit_video.transforms import half_rotation
 from lowbit_video.transforms.hadamard import hadamard_matrix
 

@@ -85,7 +85,7 @@ def make_qkv(geo, b, h, d, *, dtype, device="cpu", seed=0, outliers=False, ties=
 
 def check_prepass(device, dtype, d=64, ties=False):
     """Pre-pass operands and pooled descriptors vs the engine's `prepare_operands` / `pool_regions`."""
-    from lowbit_video.attention.draft_exec import _int8_per_block, _nvfp4_per_head, prepare_operands
+    from lowbit_video.attention.draft_exec import prepare_operands
     from lowbit_video.draft.layout import VideoGeometry, pack_layout
     from lowbit_video.draft.scores import pool_regions
     from lowbit_video.kernels.draft_prepass import draft_prepass

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("diffusers")
 
 from lowbit_video.errors import UserError  # noqa: E402
-from lowbit_video.models.regional_compile import (compile_blocks, is_compiled, repeated_blocks,  # noqa: E402
+from lowbit_video.models.regional_compile import (compile_blocks, is_compiled,  # noqa: E402
                                                    uncompile_blocks)
 
 

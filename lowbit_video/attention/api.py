@@ -32,7 +32,6 @@ from ..recipes import AttentionSpec, Recipe
 from ..draft.layout import VideoGeometry
 from .custom_op import recipe_attention
 from .engines import check_finite  # noqa: F401 (attention's public check, re-exported)
-from .reference import AttentionDiagnostics
 from .routes import run_route
 
 Layout = Literal["BHND", "BNHD"]
